@@ -1,0 +1,133 @@
+"""Attention over contiguous keys with a positional (causal / sliding-window) mask, returning LSE.
+
+Used for the parts of a forward pass that are not page-selected: a prefill chunk
+attending to itself, a query attending to its own private tail, sliding-window
+layers. Returning the log-sum-exp lets the caller merge the result exactly with a
+page-selected partial (``kernels.merge``).
+
+Keys are processed in blocks so memory stays O(Tq x block) even when a prefill
+chunk attends to a million earlier tokens. On CUDA, the unmasked case goes through
+PyTorch's fused flash kernel, which also returns the LSE.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["masked_attention_lse", "full_attention_lse"]
+
+_KEY_BLOCK = 4096
+
+
+def _merge_into(acc_o, acc_lse, o, lse):
+    """Exact LSE merge of two partials; either side may be all -inf."""
+    new_lse = torch.logaddexp(acc_lse, lse)
+    safe = torch.where(torch.isinf(new_lse), torch.zeros_like(new_lse), new_lse)
+    w_a = torch.exp(acc_lse - safe).unsqueeze(-1)
+    w_b = torch.exp(lse - safe).unsqueeze(-1)
+    return acc_o * w_a + o * w_b, new_lse
+
+
+def _block_attention(q32, k, v, scale, softcap, mask):
+    """q32 (Tq, Hq, D) fp32; k/v (Tk, Hkv, D); mask (Tq, Tk) bool or None -> (out fp32, lse)."""
+    tq, hq, d = q32.shape
+    hkv = k.shape[1]
+    group = hq // hkv
+    k32 = k.float()
+    v32 = v.float()
+    # (Hkv, group, Tq, D) x (Hkv, D, Tk): GQA without materialising repeated keys.
+    qg = q32.view(tq, hkv, group, d).permute(1, 2, 0, 3)
+    scores = torch.matmul(qg, k32.permute(1, 2, 0).unsqueeze(1)) * scale  # (Hkv, group, Tq, Tk)
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # (Hkv, group, Tq)
+    safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    probs = torch.exp(scores - safe.unsqueeze(-1))
+    out = torch.matmul(probs, v32.permute(1, 0, 2).unsqueeze(1))  # (Hkv, group, Tq, D)
+    out = out.permute(2, 0, 1, 3).reshape(tq, hq, d)
+    lse = lse.permute(2, 0, 1).reshape(tq, hq)
+    return out, lse
+
+
+def masked_attention_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal (optionally sliding-window) attention of one sequence.
+
+    q: (Tq, Hq, D); k, v: (Tk, Hkv, D); q_pos: (Tq,), k_pos: (Tk,) absolute positions.
+    Key j is visible to query i iff k_pos[j] <= q_pos[i] and, with a window W,
+    k_pos[j] > q_pos[i] - W (the same rule as transformers' sliding mask).
+    Returns out (Tq, Hq, D) in q.dtype and lse (Tq, Hq) float32 (-inf where nothing is visible).
+    """
+    tq, hq, d = q.shape
+    q32 = q.float()
+    out = torch.zeros(tq, hq, d, dtype=torch.float32, device=q.device)
+    lse = torch.full((tq, hq), float("-inf"), dtype=torch.float32, device=q.device)
+    for start in range(0, k.shape[0], _KEY_BLOCK):
+        end = min(start + _KEY_BLOCK, k.shape[0])
+        kp = k_pos[start:end]
+        mask = kp.unsqueeze(0) <= q_pos.unsqueeze(1)
+        if window is not None:
+            mask &= kp.unsqueeze(0) > (q_pos.unsqueeze(1) - window)
+        if not bool(mask.any()):
+            continue
+        o, l = _block_attention(q32, k[start:end], v[start:end], scale, softcap, mask)
+        out, lse = _merge_into(out, lse, o, l)
+    return out.to(q.dtype), lse
+
+
+def _cuda_flash_lse(q, k, v, scale):
+    """Fused flash attention on CUDA with its LSE; None when the op refuses the inputs."""
+    hq, hkv = q.shape[1], k.shape[1]
+    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[-1] > 256:
+        return None
+    if hq != hkv:
+        k = k.repeat_interleave(hq // hkv, dim=1)
+        v = v.repeat_interleave(hq // hkv, dim=1)
+    try:
+        res = torch.ops.aten._scaled_dot_product_flash_attention(
+            q.transpose(0, 1).unsqueeze(0),
+            k.transpose(0, 1).unsqueeze(0),
+            v.transpose(0, 1).unsqueeze(0),
+            0.0,
+            False,
+            False,
+            scale=scale,
+        )
+    except RuntimeError:
+        return None
+    out, lse = res[0], res[1]
+    return out[0].transpose(0, 1), lse[0].transpose(0, 1).float()
+
+
+def full_attention_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, softcap: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unmasked attention: every query sees every key (keys strictly precede queries).
+
+    q: (Tq, Hq, D); k, v: (Tk, Hkv, D). Returns out (Tq, Hq, D) q.dtype, lse (Tq, Hq) fp32.
+    """
+    if k.shape[0] == 0:
+        return torch.zeros_like(q), torch.full(q.shape[:2], float("-inf"), device=q.device)
+    if q.is_cuda and not softcap:
+        res = _cuda_flash_lse(q, k, v, scale)
+        if res is not None:
+            return res
+    tq, hq, d = q.shape
+    q32 = q.float()
+    out = torch.zeros(tq, hq, d, dtype=torch.float32, device=q.device)
+    lse = torch.full((tq, hq), float("-inf"), dtype=torch.float32, device=q.device)
+    for start in range(0, k.shape[0], _KEY_BLOCK):
+        o, l = _block_attention(q32, k[start : start + _KEY_BLOCK], v[start : start + _KEY_BLOCK], scale, softcap, None)
+        out, lse = _merge_into(out, lse, o, l)
+    return out.to(q.dtype), lse
+

@@ -1,0 +1,336 @@
+"""Our forward pass over a paged KV cache, driving a transformers decoder.
+
+transformers owns the per-family math (embeddings, norms, RoPE, MLP, q/k norms)
+for Llama, Qwen2/3 and Gemma 3; we register an attention implementation,
+``agentctx_paged``, that replaces what happens between "keys and values after
+RoPE" and "attention output". It reads and writes *our* KV state, so the model
+never builds its own cache:
+
+* prefill (chunked): each global layer attends to every earlier page (dense)
+  plus the chunk itself (causal), then writes the chunk into pages; each sliding
+  layer attends to its trailing window plus the chunk and keeps only the window.
+* extend (a query and its generated tokens): each global layer attends to the
+  pages in the block table (the attend plan) plus the query's own tail; sliding
+  layers see the document's window plus the tail. With every page selected this
+  is exactly dense attention.
+
+Partials are combined with an exact log-sum-exp merge (kernels.merge).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface
+
+from kernels import attend_selected, merge_attention
+from kernels.positional import full_attention_lse, masked_attention_lse
+from serving.model_loader import LoadedModel
+from serving.paged_kv import DocKV, LayerLayout, QueryTail
+
+__all__ = ["ModelRunner", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL"]
+
+log = logging.getLogger(__name__)
+ATTN_IMPL = "agentctx_paged"
+
+
+class ContextTooLongError(ValueError):
+    """The document exceeds the configured maximum context length."""
+
+
+class EmptyInputError(ValueError):
+    """An empty document or query."""
+
+
+@dataclass
+class _PrefillStep:
+    doc: DocKV
+    positions: torch.Tensor  # (T,) absolute positions of this chunk
+    first_page: int  # page index where the chunk starts (chunks are page aligned)
+
+
+@dataclass
+class _ExtendStep:
+    doc: DocKV
+    tail: QueryTail
+    positions: torch.Tensor  # (T,) positions of the new tokens
+    block_table: torch.Tensor  # (1, M) int32 selected page indices, sorted
+    num_blocks: torch.Tensor  # (1,) int32
+    slot_lens: torch.Tensor  # (num_pages,) int32
+    kernel_impl: str
+
+
+_STEP: contextvars.ContextVar = contextvars.ContextVar("agentctx_step", default=None)
+
+
+def _paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers attention hook. query (1, Hq, T, D), key/value (1, Hkv, T, D) after RoPE."""
+    step = _STEP.get()
+    if step is None:
+        raise RuntimeError("agentctx_paged attention called outside ModelRunner")
+    layer = module.layer_idx
+    q = query[0].transpose(0, 1)  # (T, Hq, D)
+    k = key[0].transpose(0, 1)  # (T, Hkv, D)
+    v = value[0].transpose(0, 1)
+    scale = scaling if scaling is not None else 1.0 / math.sqrt(q.shape[-1])
+    softcap = kwargs.get("softcap") or getattr(module, "attn_logit_softcapping", None)
+    layout = step.doc.layout
+    if layer in layout.sliding_layers:
+        out = _sliding(step, layer, q, k, v, scale, softcap, layout.window)
+    elif isinstance(step, _PrefillStep):
+        out = _global_prefill(step, layer, q, k, v, scale, softcap)
+    else:
+        out = _global_extend(step, layer, q, k, v, scale, softcap)
+    return out.unsqueeze(0), None  # (1, T, Hq, D)
+
+
+def _sliding(step, layer, q, k, v, scale, softcap, window):
+    doc = step.doc
+    wk = doc.window_k.get(layer)
+    if isinstance(step, _ExtendStep):
+        tail = step.tail
+        prev_k = [t for t in (wk, tail.k.get(layer)) if t is not None]
+        prev_v = [t for t in (doc.window_v.get(layer), tail.v.get(layer)) if t is not None]
+        prev_pos = [p for p in (doc.window_pos, tail.positions(q.device)) if p is not None]
+        keys, vals = torch.cat(prev_k + [k]), torch.cat(prev_v + [v])
+        kpos = torch.cat(prev_pos + [step.positions])
+        tail.k[layer] = k if layer not in tail.k else torch.cat([tail.k[layer], k])
+        tail.v[layer] = v if layer not in tail.v else torch.cat([tail.v[layer], v])
+    else:
+        keys = k if wk is None else torch.cat([wk, k])
+        vals = v if wk is None else torch.cat([doc.window_v[layer], v])
+        kpos = step.positions if wk is None else torch.cat([doc.window_pos, step.positions])
+        # Only the last W tokens can ever be seen again by a sliding layer.
+        doc.window_k[layer] = keys[-window:].clone()
+        doc.window_v[layer] = vals[-window:].clone()
+    out, _ = masked_attention_lse(q, keys, vals, step.positions, kpos, scale, window=window, softcap=softcap)
+    return out
+
+
+def _global_prefill(step: _PrefillStep, layer, q, k, v, scale, softcap):
+    doc, p = step.doc, step.doc.page_size
+    n_prev = step.first_page * p
+    # Earlier pages are contiguous and full: a view, not a gather.
+    prev_k = doc.k_pages[layer][: step.first_page].reshape(n_prev, *k.shape[1:])
+    prev_v = doc.v_pages[layer][: step.first_page].reshape(n_prev, *v.shape[1:])
+    o_prev, l_prev = full_attention_lse(q, prev_k, prev_v, scale, softcap)
+    o_loc, l_loc = masked_attention_lse(q, k, v, step.positions, step.positions, scale, softcap=softcap)
+    out, _ = merge_attention(o_prev, l_prev, o_loc, l_loc)
+    t = k.shape[0]
+    flat_k = doc.k_pages[layer].view(-1, *k.shape[1:])
+    flat_v = doc.v_pages[layer].view(-1, *v.shape[1:])
+    flat_k[n_prev : n_prev + t] = k
+    flat_v[n_prev : n_prev + t] = v
+    return out.to(q.dtype)
+
+
+def _global_extend(step: _ExtendStep, layer, q, k, v, scale, softcap):
+    doc, tail = step.doc, step.tail
+    o_pages, l_pages = attend_selected(
+        q.unsqueeze(0),
+        doc.k_pages[layer],
+        doc.v_pages[layer],
+        step.block_table,
+        step.num_blocks,
+        step.slot_lens,
+        scale,
+        softcap=softcap,
+        impl=step.kernel_impl,
+    )
+    tk = k if layer not in tail.k else torch.cat([tail.k[layer], k])
+    tv = v if layer not in tail.v else torch.cat([tail.v[layer], v])
+    tail.k[layer], tail.v[layer] = tk, tv
+    kpos = torch.cat([tail.positions(q.device), step.positions])
+    o_loc, l_loc = masked_attention_lse(q, tk, tv, step.positions, kpos, scale, softcap=softcap)
+    out, _ = merge_attention(o_pages[0], l_pages[0], o_loc, l_loc)
+    return out.to(q.dtype)
+
+
+def _no_mask(*args, **kwargs):
+    # Our attention builds its own positional masks; skip transformers' mask tensors.
+    return None
+
+
+AttentionInterface.register(ATTN_IMPL, _paged_attention)
+AttentionMaskInterface.register(ATTN_IMPL, _no_mask)
+
+
+class ModelRunner:
+    """Prefill a document into pages once; run queries over selected pages.
+
+    Not thread-safe per instance for concurrent forwards on one query tail; the
+    contextvar keeps concurrent forwards on different tails independent.
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        page_size: int = 256,
+        prefill_chunk_tokens: int = 1024,
+        max_context_tokens: int = 1 << 20,
+        kernel_impl: str = "auto",
+    ):
+        if page_size <= 0 or prefill_chunk_tokens % page_size:
+            raise ValueError(
+                f"prefill_chunk_tokens ({prefill_chunk_tokens}) must be a positive multiple of page_size ({page_size})"
+            )
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.config = self.model.config
+        self.layout = LayerLayout.from_config(self.config)
+        self.page_size = page_size
+        self.prefill_chunk_tokens = prefill_chunk_tokens
+        self.max_context_tokens = max_context_tokens
+        self.kernel_impl = kernel_impl
+        self.model.config._attn_implementation = ATTN_IMPL
+        self.device = next(self.model.parameters()).device
+        self.dtype = next(self.model.parameters()).dtype
+
+    # ------------------------------------------------------------------ helpers
+    def _hidden(self, ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
+        token = _STEP.set(step)
+        try:
+            out = self.model.model(
+                input_ids=ids.view(1, -1).to(self.device),
+                position_ids=positions.view(1, -1),
+                use_cache=False,
+            )
+        finally:
+            _STEP.reset(token)
+        return out.last_hidden_state[0]  # (T, hidden)
+
+    def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.model.lm_head(hidden).float()
+        cap = getattr(self.config, "final_logit_softcapping", None)
+        if cap:
+            logits = cap * torch.tanh(logits / cap)
+        return logits
+
+    # ------------------------------------------------------------------ prefill
+    @torch.inference_mode()
+    def prefill(self, token_ids, progress: bool = True) -> DocKV:
+        """Chunked prefill of a whole document. token_ids: sequence of ints, length N."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long).view(-1)
+        n = ids.numel()
+        if n == 0:
+            raise EmptyInputError("document is empty: nothing to prefill")
+        if n > self.max_context_tokens:
+            raise ContextTooLongError(
+                f"document has {n} tokens, over the configured maximum of {self.max_context_tokens} "
+                "(raise AGENTCTX_MAX_CONTEXT_TOKENS or split the document)"
+            )
+        doc = DocKV.allocate(self.layout, self.page_size, n, self.dtype, self.device)
+        chunk = self.prefill_chunk_tokens
+        bar = tqdm(total=n, unit="tok", desc="prefill", disable=not progress or n <= 4 * chunk)
+        hidden = None
+        for start in range(0, n, chunk):
+            end = min(start + chunk, n)
+            pos = torch.arange(start, end, device=self.device)
+            step = _PrefillStep(doc=doc, positions=pos, first_page=start // self.page_size)
+            hidden = self._hidden(ids[start:end], pos, step)
+            if self.layout.sliding_layers:
+                doc.window_pos = torch.arange(max(0, end - self.layout.window), end, device=self.device)
+            bar.update(end - start)
+        bar.close()
+        doc.last_logits = self.logits_from_hidden(hidden[-1:])[0]
+        return doc
+
+    # ------------------------------------------------------------------ queries
+    def block_table(self, doc: DocKV, pages: list[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(1, M) int32 table of selected pages (all pages when None) and (1,) count."""
+        if pages is None:
+            pages = list(range(doc.num_pages))
+        bad = [p for p in pages if not 0 <= p < doc.num_pages]
+        if bad:
+            raise ValueError(f"page indices {bad[:5]} out of range for a document of {doc.num_pages} pages")
+        table = torch.tensor(sorted(set(pages)), dtype=torch.int32, device=self.device).view(1, -1)
+        return table, torch.tensor([table.shape[1]], dtype=torch.int32, device=self.device)
+
+    @torch.inference_mode()
+    def extend(
+        self, doc: DocKV, tail: QueryTail, token_ids, pages: list[int] | None = None, all_logits: bool = False
+    ) -> torch.Tensor:
+        """Append tokens to a query's tail, attending to the selected pages.
+
+        Returns logits (vocab,) for the last new token, or (T, vocab) with all_logits.
+        """
+        ids = torch.as_tensor(token_ids, dtype=torch.long).view(-1)
+        if ids.numel() == 0:
+            raise EmptyInputError("query is empty")
+        table, count = self.block_table(doc, pages)
+        start = tail.start + tail.length
+        pos = torch.arange(start, start + ids.numel(), device=self.device)
+        step = _ExtendStep(doc, tail, pos, table, count, doc.slot_lens(), self.kernel_impl)
+        hidden = self._hidden(ids, pos, step)
+        tail.length += ids.numel()
+        if all_logits:
+            return self.logits_from_hidden(hidden)
+        return self.logits_from_hidden(hidden[-1:])[0]
+
+    def new_tail(self, doc: DocKV) -> QueryTail:
+        return QueryTail(start=doc.num_tokens)
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        doc: DocKV,
+        prompt_ids,
+        pages: list[int] | None = None,
+        max_new_tokens: int = 64,
+        stop_ids: set[int] | None = None,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        on_token=None,
+    ) -> list[int]:
+        """Greedy (temperature 0) or sampled generation after the document.
+
+        on_token(token_id) is called per generated token (for streaming)."""
+        tail = self.new_tail(doc)
+        stop_ids = stop_ids if stop_ids is not None else self.stop_token_ids()
+        gen = torch.Generator(device="cpu").manual_seed(seed) if seed is not None else None
+        logits = self.extend(doc, tail, prompt_ids, pages)
+        out: list[int] = []
+        for _ in range(max_new_tokens):
+            if temperature <= 0:
+                nxt = int(torch.argmax(logits))
+            else:
+                probs = torch.softmax(logits.float().cpu() / temperature, dim=-1)
+                nxt = int(torch.multinomial(probs, 1, generator=gen))
+            if nxt in stop_ids:
+                break
+            out.append(nxt)
+            if on_token is not None:
+                on_token(nxt)
+            logits = self.extend(doc, tail, [nxt], pages)
+        return out
+
+    def stop_token_ids(self) -> set[int]:
+        ids = set()
+        eos = getattr(self.model.generation_config, "eos_token_id", None) or self.config.eos_token_id
+        for e in eos if isinstance(eos, (list, tuple)) else [eos]:
+            if e is not None:
+                ids.add(int(e))
+        for name in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>"):
+            tid = self.tokenizer.convert_tokens_to_ids(name) if hasattr(self.tokenizer, "convert_tokens_to_ids") else None
+            if isinstance(tid, int) and tid >= 0 and tid != getattr(self.tokenizer, "unk_token_id", None):
+                ids.add(tid)
+        return ids
+
+    # ------------------------------------------------------------------ reference
+    @torch.inference_mode()
+    def reference_logits(self, token_ids, attn_impl: str = "sdpa") -> torch.Tensor:
+        """transformers' own forward over the whole sequence: (T, vocab) fp32 logits."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long).view(1, -1).to(self.device)
+        saved = self.model.config._attn_implementation
+        self.model.config._attn_implementation = attn_impl
+        try:
+            return self.model(input_ids=ids, use_cache=False).logits[0].float()
+        finally:
+            self.model.config._attn_implementation = saved
