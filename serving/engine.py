@@ -1,0 +1,263 @@
+"""Engines: what a model replica runs. ``LocalEngine`` is our paged runner in-process.
+
+An engine tokenizes documents, prefills them once into a ``DocKV``, keeps recently
+used contexts in a device-side cache, and generates over a chosen set of pages.
+Contexts it does not hold are fetched through a ``page_loader`` (the shared KV
+store), so any replica can serve any context without prefilling again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+
+import torch
+
+from serving.model_loader import LoadedModel, load_model
+from serving.model_runner import ModelRunner
+from serving.paged_kv import DocKV
+from serving.types import DOC_PREFIX, GenerateRequest, GenerateResult, PrefillResult, TokenizedDoc
+
+__all__ = ["Engine", "LocalEngine", "ContextNotLoadedError", "PageLoader"]
+
+log = logging.getLogger(__name__)
+
+# page_loader(context_id, tenant) -> (num_tokens, [page tensors], window tensor | None)
+PageLoader = Callable[[str, str], tuple[int, list[torch.Tensor], torch.Tensor | None]]
+
+
+class ContextNotLoadedError(KeyError):
+    """The engine holds no KV for this context and has no store to fetch it from."""
+
+
+class Engine(ABC):
+    """Interface every engine backend implements (our runner, vLLM prompt-level mode)."""
+
+    model_id: str
+    page_size: int
+
+    @abstractmethod
+    def tokenize_document(self, text: str) -> TokenizedDoc: ...
+
+    @abstractmethod
+    def prefill(self, context_id: str, doc: TokenizedDoc) -> PrefillResult: ...
+
+    @abstractmethod
+    def generate(self, req: GenerateRequest, on_text: Callable[[str], None] | None = None) -> GenerateResult: ...
+
+    def stream(self, req: GenerateRequest) -> Iterator[str]:
+        """Yield text deltas; default runs generate in a thread and relays its callback."""
+        import queue
+
+        q: queue.Queue = queue.Queue()
+        done = object()
+
+        def run():
+            try:
+                self.generate(req, on_text=q.put)
+            except Exception as exc:  # relayed to the consumer below
+                q.put(exc)
+            q.put(done)
+
+        threading.Thread(target=run, daemon=True).start()
+        while (item := q.get()) is not done:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+
+class LocalEngine(Engine):
+    """Our paged-KV runner with a byte-budgeted LRU cache of DocKVs on its device."""
+
+    def __init__(
+        self,
+        model: str | LoadedModel | None = None,
+        *,
+        page_size: int = 256,
+        prefill_chunk_tokens: int = 1024,
+        max_context_tokens: int = 1 << 20,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        device_cache_bytes: int = 8 << 30,
+        page_loader: PageLoader | None = None,
+        kernel_impl: str = "auto",
+    ):
+        if not isinstance(model, LoadedModel):
+            if dtype is None:
+                on_gpu = (device or "").startswith("cuda") or (device is None and torch.cuda.is_available())
+                dtype = torch.bfloat16 if on_gpu else torch.float32
+            model = load_model(model, dtype=dtype, device=device)
+        self.runner = ModelRunner(
+            model,
+            page_size=page_size,
+            prefill_chunk_tokens=prefill_chunk_tokens,
+            max_context_tokens=max_context_tokens,
+            kernel_impl=kernel_impl,
+        )
+        self.tokenizer = model.tokenizer
+        self.model_id = model.model_id
+        self.page_size = page_size
+        self.page_loader = page_loader
+        self.device_cache_bytes = device_cache_bytes
+        self._docs: OrderedDict[str, DocKV] = OrderedDict()
+        self._pins: dict[str, int] = {}
+        self._lock = threading.RLock()
+        # The model is not re-entrant on one device: serialise forwards.
+        self._forward_lock = threading.Lock()
+        self.stats = {"prefills": 0, "prefill_tokens": 0, "cache_hits": 0, "cache_misses": 0, "loads": 0}
+
+    # ------------------------------------------------------------------ documents
+    def tokenize_document(self, text: str) -> TokenizedDoc:
+        if not text or not text.strip():
+            from serving.model_runner import EmptyInputError
+
+            raise EmptyInputError("document is empty")
+        full = DOC_PREFIX + text
+        enc = self.tokenizer(full, return_offsets_mapping=True, add_special_tokens=True)
+        shift = len(DOC_PREFIX)
+        offsets = [(max(0, s - shift), max(0, e - shift)) for s, e in enc["offset_mapping"]]
+        n_prefix = len(self.tokenizer(DOC_PREFIX, add_special_tokens=True)["input_ids"])
+        return TokenizedDoc(text=text, token_ids=list(enc["input_ids"]), offsets=offsets, prefix_tokens=n_prefix)
+
+    def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True) -> PrefillResult:
+        t0 = time.perf_counter()
+        with self._forward_lock:
+            kv = self.runner.prefill(doc.token_ids, progress=progress)
+        dt = time.perf_counter() - t0
+        self.stats["prefills"] += 1
+        self.stats["prefill_tokens"] += len(doc.token_ids)
+        self._insert(context_id, kv)
+        return PrefillResult(context_id, kv.num_tokens, kv.num_pages, self.page_size, kv.kv_bytes(), dt)
+
+    def export(self, context_id: str) -> tuple[int, list[torch.Tensor], torch.Tensor | None]:
+        """(num_tokens, page tensors on CPU, window tensor on CPU) for the shared store."""
+        kv = self._get(context_id, tenant=None)
+        pages = [kv.page_tensor(i).cpu() for i in range(kv.num_pages)]
+        window = kv.window_tensor()
+        return kv.num_tokens, pages, None if window is None else window.cpu()
+
+    def holds(self, context_id: str) -> bool:
+        with self._lock:
+            return context_id in self._docs
+
+    def drop(self, context_id: str) -> bool:
+        with self._lock:
+            return self._docs.pop(context_id, None) is not None
+
+    def cached_bytes(self) -> int:
+        with self._lock:
+            return sum(d.kv_bytes() for d in self._docs.values())
+
+    def _insert(self, context_id: str, kv: DocKV) -> None:
+        with self._lock:
+            self._docs[context_id] = kv
+            self._docs.move_to_end(context_id)
+            self._evict()
+
+    def _evict(self) -> None:
+        # Unpinned contexts go first, least recently used first; pinned ones stay.
+        total = sum(d.kv_bytes() for d in self._docs.values())
+        for cid in list(self._docs):
+            if total <= self.device_cache_bytes:
+                break
+            if self._pins.get(cid, 0) == 0 and len(self._docs) > 1:
+                total -= self._docs.pop(cid).kv_bytes()
+
+    def _get(self, context_id: str, tenant: str | None) -> DocKV:
+        with self._lock:
+            kv = self._docs.get(context_id)
+            if kv is not None:
+                self._docs.move_to_end(context_id)
+                self.stats["cache_hits"] += 1
+                return kv
+            self.stats["cache_misses"] += 1
+        if self.page_loader is None:
+            raise ContextNotLoadedError(f"context {context_id!r} is not loaded on this replica")
+        num_tokens, pages, window = self.page_loader(context_id, tenant or "default")
+        kv = DocKV.from_tensors(
+            self.runner.layout, self.page_size, num_tokens, pages, window, device=self.runner.device
+        )
+        self.stats["loads"] += 1
+        self._insert(context_id, kv)
+        return kv
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, req: GenerateRequest, on_text: Callable[[str], None] | None = None) -> GenerateResult:
+        if not req.prompt or not req.prompt.strip():
+            from serving.model_runner import EmptyInputError
+
+            raise EmptyInputError("prompt is empty")
+        if req.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {req.max_new_tokens}")
+        t0 = time.perf_counter()
+        kv = self._get(req.context_id, req.tenant)
+        with self._lock:
+            self._pins[req.context_id] = self._pins.get(req.context_id, 0) + 1
+        try:
+            return self._generate(kv, req, on_text, t0)
+        finally:
+            with self._lock:
+                self._pins[req.context_id] -= 1
+
+    def _generate(self, kv: DocKV, req: GenerateRequest, on_text, t0: float) -> GenerateResult:
+        runner = self.runner
+        prompt_ids = self.tokenizer(req.prompt, add_special_tokens=False)["input_ids"]
+        pages = None if req.pages is None else sorted(set(req.pages))
+        stop_ids = runner.stop_token_ids()
+        gen = torch.Generator().manual_seed(req.seed) if req.seed is not None else None
+        tail = runner.new_tail(kv)
+        out: list[int] = []
+        text, emitted, finish = "", 0, "length"
+        ttft = None
+        with self._forward_lock:
+            logits = runner.extend(kv, tail, prompt_ids, pages)
+            for _ in range(req.max_new_tokens):
+                if req.temperature <= 0:
+                    nxt = int(torch.argmax(logits))
+                else:
+                    probs = torch.softmax(logits.float().cpu() / req.temperature, dim=-1)
+                    nxt = int(torch.multinomial(probs, 1, generator=gen))
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                if nxt in stop_ids:
+                    finish = "stop"
+                    break
+                out.append(nxt)
+                text = self.tokenizer.decode(out, skip_special_tokens=True)
+                cut = _first_stop(text, req.stop)
+                if cut is not None:
+                    text, finish = text[:cut], "stop"
+                    break
+                if on_text is not None and len(text) > emitted:
+                    # Hold back a possible partial stop string at the end.
+                    safe = len(text) - max((len(s) for s in req.stop), default=0)
+                    if safe > emitted:
+                        on_text(text[emitted:safe])
+                        emitted = safe
+                logits = runner.extend(kv, tail, [nxt], pages)
+        if on_text is not None and len(text) > emitted:
+            on_text(text[emitted:])
+        total = time.perf_counter() - t0
+        n_pages = kv.num_pages if pages is None else len(pages)
+        slot = kv.slot_lens().tolist()
+        attended = kv.num_tokens if pages is None else int(sum(slot[p] for p in pages))
+        return GenerateResult(
+            text=text,
+            token_ids=out,
+            prompt_tokens=len(prompt_ids),
+            pages_attended=n_pages,
+            attended_tokens=attended,
+            context_tokens=kv.num_tokens,
+            ttft_s=ttft if ttft is not None else total,
+            total_s=total,
+            finish_reason=finish,
+        )
+
+
+def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    hits = [i for s in stops if s and (i := text.find(s)) >= 0]
+    return min(hits) if hits else None
