@@ -67,7 +67,13 @@ def masked_attention_lse(
     Key j is visible to query i iff k_pos[j] <= q_pos[i] and, with a window W,
     k_pos[j] > q_pos[i] - W (the same rule as transformers' sliding mask).
     Returns out (Tq, Hq, D) in q.dtype and lse (Tq, Hq) float32 (-inf where nothing is visible).
+    Passing the same tensor as q_pos and k_pos (a chunk attending to itself) enables
+    the fused causal kernel on CUDA.
     """
+    if q.is_cuda and window is None and not softcap and q_pos is k_pos:
+        res = _cuda_causal_lse(q, k, v, scale)
+        if res is not None:
+            return res
     tq, hq, d = q.shape
     q32 = q.float()
     out = torch.zeros(tq, hq, d, dtype=torch.float32, device=q.device)
@@ -85,28 +91,50 @@ def masked_attention_lse(
     return out.to(q.dtype), lse
 
 
-def _cuda_flash_lse(q, k, v, scale):
-    """Fused flash attention on CUDA with its LSE; None when the op refuses the inputs."""
-    hq, hkv = q.shape[1], k.shape[1]
-    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[-1] > 256:
-        return None
-    if hq != hkv:
-        k = k.repeat_interleave(hq // hkv, dim=1)
-        v = v.repeat_interleave(hq // hkv, dim=1)
+def _flash_op(q, k, v, scale, causal):
+    """torch's fused flash kernel on (1, H, T, D) inputs; returns (out, lse) or None if refused."""
     try:
-        res = torch.ops.aten._scaled_dot_product_flash_attention(
-            q.transpose(0, 1).unsqueeze(0),
-            k.transpose(0, 1).unsqueeze(0),
-            v.transpose(0, 1).unsqueeze(0),
-            0.0,
-            False,
-            False,
-            scale=scale,
-        )
+        res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
     except RuntimeError:
         return None
-    out, lse = res[0], res[1]
-    return out[0].transpose(0, 1), lse[0].transpose(0, 1).float()
+    return res[0], res[1]
+
+
+def _cuda_flash_lse(q, k, v, scale):
+    """Unmasked flash attention on CUDA with its LSE; None when the op refuses the inputs.
+
+    GQA without repeating keys: with no mask, query order is irrelevant, so the
+    g query heads sharing a KV head are folded into the query length:
+    (Tq, Hkv*g, D) -> (1, Hkv, Tq*g, D) against keys (1, Hkv, Tk, D).
+    """
+    tq, hq, d = q.shape
+    hkv = k.shape[1]
+    if q.dtype not in (torch.float16, torch.bfloat16) or d > 256:
+        return None
+    g = hq // hkv
+    qf = q.view(tq, hkv, g, d).permute(1, 0, 2, 3).reshape(1, hkv, tq * g, d)
+    res = _flash_op(qf, k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), scale, False)
+    if res is None:
+        return None
+    out, lse = res
+    out = out[0].view(hkv, tq, g, d).permute(1, 0, 2, 3).reshape(tq, hq, d)
+    lse = lse[0].view(hkv, tq, g).permute(1, 0, 2).reshape(tq, hq).float()
+    return out, lse
+
+
+def _cuda_causal_lse(q, k, v, scale):
+    """Square causal attention (queries == keys, same positions) on CUDA; None if refused."""
+    tq, hq, d = q.shape
+    if q.dtype not in (torch.float16, torch.bfloat16) or d > 256 or k.shape[0] != tq:
+        return None
+    g = hq // k.shape[1]
+    kr = k.repeat_interleave(g, dim=1) if g > 1 else k  # only the chunk's own keys: small
+    vr = v.repeat_interleave(g, dim=1) if g > 1 else v
+    res = _flash_op(q.transpose(0, 1).unsqueeze(0), kr.transpose(0, 1).unsqueeze(0),
+                    vr.transpose(0, 1).unsqueeze(0), scale, True)
+    if res is None:
+        return None
+    return res[0][0].transpose(0, 1), res[1][0].transpose(0, 1).float()
 
 
 def full_attention_lse(

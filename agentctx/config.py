@@ -1,0 +1,80 @@
+"""User-facing configuration (pydantic: anything a user writes is validated here).
+
+Loaded from YAML (``agentctx --config FILE``) or built in Python. Units are in the
+field names. Environment settings (``agentctx.settings``) provide the defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentctx import settings
+from retrieval.policy import SelectionPolicy
+
+__all__ = ["AgentctxConfig", "ModelConfig", "StoreConfig", "ServeConfig", "load_config"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class ModelConfig(_Strict):
+    path: str | None = Field(None, description="Local HF checkpoint dir; None = embedded Gemma 3 270M")
+    page_size: int = Field(default_factory=settings.page_size, ge=16, le=4096, description="Tokens per KV page")
+    prefill_chunk_tokens: int = Field(1024, ge=16, description="Tokens per prefill step (multiple of page_size)")
+    max_context_tokens: int = Field(default_factory=settings.max_context_tokens, ge=1, description="Longest document")
+    device: str | None = Field(None, description="cpu / cuda / cuda:N; None = cuda when available")
+    dtype: str | None = Field(None, description="float32 / bfloat16 / float16; None = bf16 on GPU, fp32 on CPU")
+    device_cache_bytes: int = Field(8 << 30, ge=0, description="KV bytes a replica keeps on its device")
+
+    @model_validator(mode="after")
+    def _chunk_multiple(self) -> "ModelConfig":
+        if self.prefill_chunk_tokens % self.page_size:
+            raise ValueError(
+                f"prefill_chunk_tokens ({self.prefill_chunk_tokens}) must be a multiple of page_size ({self.page_size})"
+            )
+        if self.dtype not in (None, "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        return self
+
+
+class StoreConfig(_Strict):
+    redis_url: str | None = Field(default_factory=settings.redis_url, description="None = in-process directory")
+    namespace: str = Field("agentctx", min_length=1, description="Ray namespace and Redis key prefix")
+    budget_bytes: int = Field(16 << 30, ge=1 << 20, description="Host KV bytes kept before LRU eviction")
+    lease_ttl_s: float = Field(30.0, gt=0, description="Holder lease; references of a silent holder expire")
+
+
+class ServeConfig(_Strict):
+    num_replicas: int = Field(1, ge=1, le=64)
+    num_gpus_per_replica: float = Field(0.0, ge=0, description="0 = CPU replica; set 1 on GPU nodes")
+    max_ongoing_requests: int = Field(8, ge=1, description="Per replica; beyond it callers get 503")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    api_keys: dict[str, str] = Field(default_factory=dict, description="API key -> tenant; empty = auth off")
+    max_request_bytes: int = Field(32 << 20, ge=1024)
+
+
+class AgentctxConfig(_Strict):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+    retrieval: SelectionPolicy = Field(default_factory=SelectionPolicy)
+    section_pages: int = Field(16, ge=1, description="Pages per section of the coarse index")
+    max_concurrent_agents: int = Field(4, ge=1, description="Agents running at once in a pipeline")
+
+
+def load_config(path: str | Path | None) -> AgentctxConfig:
+    """Read a YAML config; a missing file or a bad field fails with the field named."""
+    if path is None:
+        return AgentctxConfig()
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"config file {str(p)!r} not found")
+    data = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {p} must hold a mapping at the top level")
+    return AgentctxConfig.model_validate(data)

@@ -1,0 +1,156 @@
+"""ModelReplica: one engine plus its link to the shared KV store.
+
+This is the body of the Ray Serve deployment (``serving.deployments``) and is also
+usable in-process (tests, benchmarks, the GPU bench path without Ray). It
+
+* tokenizes documents with the model's own tokenizer,
+* prefills a context once and publishes its pages and sliding-window state to
+  the shared store (content-addressed pages, so a shared prefix is stored once),
+* serves generation over any context in the store, fetching pages into its
+  device cache on first use (no second prefill on another replica).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+
+import torch
+
+from agentctx.config import AgentctxConfig
+from retrieval.chunking import page_char_spans
+from serving.engine import LocalEngine
+from serving.types import GenerateRequest, GenerateResult, PrefillResult, TokenizedDoc
+
+__all__ = ["ModelReplica", "WINDOW_BLOB"]
+
+log = logging.getLogger(__name__)
+WINDOW_BLOB = "sliding_window_kv"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelReplica:
+    """Engine + store. ``store`` may be None for a store-less, single-process replica."""
+
+    def __init__(self, config: AgentctxConfig | dict | None = None, store=None, engine: LocalEngine | None = None):
+        cfg = config if isinstance(config, AgentctxConfig) else AgentctxConfig.model_validate(config or {})
+        self.config = cfg
+        self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.store = store
+        m = cfg.model
+        self.engine = engine or LocalEngine(
+            m.path,
+            page_size=m.page_size,
+            prefill_chunk_tokens=m.prefill_chunk_tokens,
+            max_context_tokens=m.max_context_tokens,
+            device=m.device,
+            dtype=_DTYPES.get(m.dtype) if m.dtype else None,
+            device_cache_bytes=m.device_cache_bytes,
+        )
+        if self.engine.page_size != m.page_size:
+            raise ValueError(f"engine page size {self.engine.page_size} != configured {m.page_size}")
+        self.engine.page_loader = self._load_pages if store is not None else None
+        self.metrics = {"requests": 0, "generated_tokens": 0, "pages_attended": 0, "ttft_s_sum": 0.0, "errors": 0}
+
+    # ------------------------------------------------------------------ info
+    @property
+    def model_id(self) -> str:
+        return self.engine.model_id
+
+    def info(self) -> dict:
+        return {
+            "replica": self.name,
+            "model_id": self.model_id,
+            "page_size": self.engine.page_size,
+            "device": str(self.engine.runner.device),
+            "dtype": str(self.engine.runner.dtype).replace("torch.", ""),
+            "kv_bytes_per_token": self.engine.runner.layout.kv_bytes_per_token(self.engine.runner.dtype),
+            "cached_contexts": len(self.engine._docs),
+            "cached_bytes": self.engine.cached_bytes(),
+            **self.engine.stats,
+            **self.metrics,
+        }
+
+    def holds(self, context_id: str) -> bool:
+        return self.engine.holds(context_id)
+
+    def tokenize_document(self, text: str) -> TokenizedDoc:
+        return self.engine.tokenize_document(text)
+
+    # ------------------------------------------------------------------ prefill
+    def prefill_context(
+        self, context_id: str, tenant: str, doc: TokenizedDoc, progress: bool = True, extra: dict | None = None
+    ) -> PrefillResult:
+        """Prefill once and publish pages + directory entry; idempotent for an existing context."""
+        if self.store is None:
+            return self.engine.prefill(context_id, doc, progress=progress)
+        from agentctx.kv_store import ContextRecord
+
+        if self.store.context_exists(context_id, tenant):
+            rec = self.store.get_record(context_id, tenant)
+            return PrefillResult(context_id, rec.num_tokens, len(rec.page_ids), self.engine.page_size, 0, 0.0,
+                                 reused_pages=len(rec.page_ids))
+        P = self.engine.page_size
+        ids = doc.token_ids
+        token_pages = [ids[i : i + P] for i in range(0, len(ids), P)]
+        page_ids = self.store.page_hashes(self.model_id, tenant, token_pages)
+        reused = sum(self.store.has_pages(page_ids))
+        result = self.engine.prefill(context_id, doc, progress=progress)
+        num_tokens, pages, window = self.engine.export(context_id)
+        self.store.put_pages(page_ids, pages)
+        if window is not None:
+            self.store.put_blob(context_id, WINDOW_BLOB, window, tenant=tenant)
+        self.store.create_context(
+            ContextRecord(
+                context_id=context_id,
+                tenant=tenant,
+                model_id=self.model_id,
+                dtype=str(self.engine.runner.dtype).replace("torch.", ""),
+                page_ids=page_ids,
+                token_spans=[(i, min(i + P, num_tokens)) for i in range(0, num_tokens, P)],
+                char_spans=page_char_spans(doc.offsets, P),
+                num_tokens=num_tokens,
+                extra=dict(extra or {}, page_size=P, prefix_tokens=doc.prefix_tokens),
+            )
+        )
+        return PrefillResult(
+            context_id, result.num_tokens, result.num_pages, P, result.kv_bytes, result.prefill_s, reused_pages=reused
+        )
+
+    def _load_pages(self, context_id: str, tenant: str):
+        """page_loader for the engine: copy a context's pages out of the shared store."""
+        t0 = time.perf_counter()
+        with self.store.open(context_id, tenant, holder_id=f"replica-load-{self.name}") as handle:
+            rec = handle.record
+            pages = handle.get_pages(rec.page_ids)
+            window = None
+            if self.engine.runner.layout.sliding_layers:
+                window = self.store.get_blob(context_id, WINDOW_BLOB, tenant=tenant)
+        log.info("replica %s loaded %s (%d pages) in %.3f s", self.name, context_id, len(pages),
+                 time.perf_counter() - t0)
+        return rec.num_tokens, pages, window
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, req: GenerateRequest) -> GenerateResult:
+        self.metrics["requests"] += 1
+        try:
+            res = self.engine.generate(req)
+        except Exception:
+            self.metrics["errors"] += 1
+            raise
+        res.replica = self.name
+        self.metrics["generated_tokens"] += len(res.token_ids)
+        self.metrics["pages_attended"] += res.pages_attended
+        self.metrics["ttft_s_sum"] += res.ttft_s
+        return res
+
+    def stream(self, req: GenerateRequest):
+        """Yield text deltas (sync generator; Serve streams it with handle.options(stream=True))."""
+        self.metrics["requests"] += 1
+        yield from self.engine.stream(req)
+
+    def drop_context(self, context_id: str) -> bool:
+        return self.engine.drop(context_id)
