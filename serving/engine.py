@@ -19,8 +19,8 @@ import torch
 
 from serving.model_loader import LoadedModel, load_model
 from serving.model_runner import ModelRunner
-from serving.paged_kv import DocKV
-from serving.types import DOC_PREFIX, GenerateRequest, GenerateResult, PrefillResult, TokenizedDoc
+from serving.paged_kv import DocKV, QueryTail
+from serving.types import DOC_PREFIX, GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["Engine", "LocalEngine", "ContextNotLoadedError", "PageLoader"]
 
@@ -48,6 +48,9 @@ class Engine(ABC):
 
     @abstractmethod
     def generate(self, req: GenerateRequest, on_text: Callable[[str], None] | None = None) -> GenerateResult: ...
+
+    @abstractmethod
+    def score(self, req: ScoreRequest) -> list[float]: ...
 
     def stream(self, req: GenerateRequest) -> Iterator[str]:
         """Yield text deltas; default runs generate in a thread and relays its callback."""
@@ -202,6 +205,36 @@ class LocalEngine(Engine):
         finally:
             with self._lock:
                 self._pins[req.context_id] -= 1
+
+    def score(self, req: ScoreRequest) -> list[float]:
+        """Sum of token log-probs of each option after the prompt (options share the prompt's KV)."""
+        if not req.options:
+            raise ValueError("score needs at least one option")
+        if not req.prompt:
+            from serving.model_runner import EmptyInputError
+
+            raise EmptyInputError("prompt is empty")
+        kv = self._get(req.context_id, req.tenant)
+        runner = self.runner
+        pages = None if req.pages is None else sorted(set(req.pages))
+        prompt_ids = self.tokenizer(req.prompt, add_special_tokens=False)["input_ids"]
+        scores = []
+        with self._forward_lock:
+            base = runner.new_tail(kv)
+            first = torch.log_softmax(runner.extend(kv, base, prompt_ids, pages), -1)
+            for option in req.options:
+                ids = self.tokenizer(option, add_special_tokens=False)["input_ids"]
+                if not ids:
+                    raise ValueError(f"option {option!r} has no tokens")
+                # Tail tensors are replaced (torch.cat), never written in place: a shallow copy forks it.
+                tail = QueryTail(base.start, dict(base.k), dict(base.v), base.length)
+                total = float(first[ids[0]])
+                if len(ids) > 1:
+                    logits = runner.extend(kv, tail, ids[:-1], pages, all_logits=True)
+                    logp = torch.log_softmax(logits, -1)
+                    total += float(logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].sum())
+                scores.append(total)
+        return scores
 
     def _generate(self, kv: DocKV, req: GenerateRequest, on_text, t0: float) -> GenerateResult:
         runner = self.runner

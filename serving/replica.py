@@ -23,7 +23,7 @@ import torch
 from agentctx.config import AgentctxConfig
 from retrieval.chunking import page_char_spans
 from serving.engine import LocalEngine
-from serving.types import GenerateRequest, GenerateResult, PrefillResult, TokenizedDoc
+from serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ModelReplica", "WINDOW_BLOB"]
 
@@ -146,6 +146,10 @@ class ModelReplica:
         self.metrics["pages_attended"] += res.pages_attended
         self.metrics["ttft_s_sum"] += res.ttft_s
         return res
+
+    def score(self, req: ScoreRequest) -> list[float]:
+        self.metrics["requests"] += 1
+        return self.engine.score(req)
 
     def stream(self, req: GenerateRequest):
         """Yield text deltas (sync generator; Serve streams it with handle.options(stream=True))."""

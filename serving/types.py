@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["TokenizedDoc", "PrefillResult", "GenerateRequest", "GenerateResult", "DOC_PREFIX"]
+__all__ = ["TokenizedDoc", "PrefillResult", "GenerateRequest", "GenerateResult", "ScoreRequest", "DOC_PREFIX"]
 
 # Every document is prefilled behind the same short preamble so that all agents
 # share one prefix; each query then continues after the document.
@@ -66,3 +66,14 @@ class GenerateResult:
         n = len(self.token_ids)
         dt = self.total_s - self.ttft_s
         return (n - 1) / dt if n > 1 and dt > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """Log-probability of each option continuing ``prompt`` (constrained choice)."""
+
+    context_id: str
+    prompt: str
+    options: tuple[str, ...]
+    pages: tuple[int, ...] | None = None
+    tenant: str = "default"

@@ -1,0 +1,81 @@
+"""LocalEngine: generation, streaming, option scoring, device cache, bad input (tiny model)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from serving.engine import ContextNotLoadedError, LocalEngine
+from serving.model_loader import load_model
+from serving.model_runner import EmptyInputError
+from serving.types import GenerateRequest, ScoreRequest
+from tests.factories import make_tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    path = make_tiny_checkpoint("gemma3_text", tmp_path_factory.mktemp("g"))
+    return LocalEngine(load_model(path, device="cpu"), page_size=16, prefill_chunk_tokens=32)
+
+
+DOC = "The supplier shall deliver 40 crates of apples to the buyer every Monday. " * 3
+
+
+def test_generate_stream_and_dense_equivalence(engine):
+    doc = engine.tokenize_document(DOC)
+    res = engine.prefill("c1", doc, progress=False)
+    assert res.num_tokens == len(doc.token_ids) and res.num_pages == -(-res.num_tokens // 16)
+    req = GenerateRequest("c1", "Question: what?", max_new_tokens=12)
+    full = engine.generate(req)
+    assert len(full.token_ids) == 12 and full.finish_reason == "length"
+    all_pages = engine.generate(GenerateRequest("c1", "Question: what?", pages=tuple(range(res.num_pages)),
+                                                max_new_tokens=12))
+    assert all_pages.token_ids == full.token_ids
+    assert "".join(engine.stream(req)) == full.text
+    assert full.attended_tokens == res.num_tokens and full.ttft_s <= full.total_s
+
+
+def test_stop_strings_cut_text(engine):
+    engine.prefill("c2", engine.tokenize_document(DOC), progress=False)
+    full = engine.generate(GenerateRequest("c2", "Answer:", max_new_tokens=10))
+    if len(full.text) > 2:
+        stop = full.text[2]
+        cut = engine.generate(GenerateRequest("c2", "Answer:", max_new_tokens=10, stop=(stop,)))
+        assert cut.text == full.text[: full.text.index(stop)] and cut.finish_reason == "stop"
+
+
+def test_score_matches_reference_logprobs(engine):
+    doc = engine.tokenize_document(DOC)
+    engine.prefill("c3", doc, progress=False)
+    tok = engine.tokenizer
+    prompt, options = " Risk:", (" low", " high", " medium risk")
+    scores = engine.score(ScoreRequest("c3", prompt, options))
+    p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    for opt, got in zip(options, scores):
+        o_ids = tok(opt, add_special_tokens=False)["input_ids"]
+        seq = doc.token_ids + p_ids + o_ids
+        logp = torch.log_softmax(engine.runner.reference_logits(seq), -1)
+        start = len(doc.token_ids) + len(p_ids)
+        want = sum(float(logp[start - 1 + i, t]) for i, t in enumerate(o_ids))
+        assert abs(got - want) < 1e-3
+
+
+def test_bad_inputs_and_unknown_context(engine):
+    with pytest.raises(EmptyInputError):
+        engine.tokenize_document("   ")
+    with pytest.raises(ContextNotLoadedError):
+        engine.generate(GenerateRequest("missing", "hi"))
+    engine.prefill("c4", engine.tokenize_document(DOC), progress=False)
+    with pytest.raises(EmptyInputError):
+        engine.generate(GenerateRequest("c4", ""))
+    with pytest.raises(ValueError):
+        engine.score(ScoreRequest("c4", "x", ()))
+    # the context survives bad requests
+    assert engine.generate(GenerateRequest("c4", "ok", max_new_tokens=2)).token_ids
+
+
+def test_device_cache_evicts_lru_but_not_pinned(engine):
+    small = LocalEngine(engine.runner.loaded, page_size=16, prefill_chunk_tokens=32, device_cache_bytes=1)
+    small.prefill("a", small.tokenize_document(DOC), progress=False)
+    small.prefill("b", small.tokenize_document(DOC), progress=False)
+    assert not small.holds("a") and small.holds("b")
