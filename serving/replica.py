@@ -87,12 +87,14 @@ class ModelReplica:
         """Prefill once and publish pages + directory entry; idempotent for an existing context."""
         if self.store is None:
             return self.engine.prefill(context_id, doc, progress=progress)
-        from agentctx.kv_store import ContextRecord
+        from agentctx.kv_store import ContextNotFoundError, ContextRecord
 
-        if self.store.context_exists(context_id, tenant):
+        try:
             rec = self.store.get_record(context_id, tenant)
             return PrefillResult(context_id, rec.num_tokens, len(rec.page_ids), self.engine.page_size, 0, 0.0,
                                  reused_pages=len(rec.page_ids))
+        except ContextNotFoundError:
+            pass
         P = self.engine.page_size
         ids = doc.token_ids
         token_pages = [ids[i : i + P] for i in range(0, len(ids), P)]
@@ -101,8 +103,6 @@ class ModelReplica:
         result = self.engine.prefill(context_id, doc, progress=progress)
         num_tokens, pages, window = self.engine.export(context_id)
         self.store.put_pages(page_ids, pages)
-        if window is not None:
-            self.store.put_blob(context_id, WINDOW_BLOB, window, tenant=tenant)
         self.store.create_context(
             ContextRecord(
                 context_id=context_id,
@@ -116,6 +116,8 @@ class ModelReplica:
                 extra=dict(extra or {}, page_size=P, prefix_tokens=doc.prefix_tokens),
             )
         )
+        if window is not None:  # blobs attach to a live context
+            self.store.put_blob(context_id, WINDOW_BLOB, window, tenant=tenant)
         return PrefillResult(
             context_id, result.num_tokens, result.num_pages, P, result.kv_bytes, result.prefill_s, reused_pages=reused
         )

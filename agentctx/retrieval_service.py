@@ -1,0 +1,88 @@
+"""RetrievalService: one embedder and the page indices of loaded contexts.
+
+Runs as a named Ray actor so agents share one MiniLM model and one index per
+context instead of each loading their own. An index is built from the document
+text and the LLM tokenizer's offsets (stored as context blobs), so a restarted
+service rebuilds any context from the store; chunk embeddings come from the
+on-disk cache, so a rebuild embeds nothing again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+from retrieval.document import DocumentIndex
+from retrieval.embedding import Embedder
+from retrieval.policy import AttendPlan, SelectionPolicy, plan
+
+__all__ = ["RetrievalService", "DOC_BLOB", "encode_doc_blob", "decode_doc_blob"]
+
+log = logging.getLogger(__name__)
+DOC_BLOB = "document"
+
+
+def encode_doc_blob(text: str, offsets: list[tuple[int, int]]) -> bytes:
+    """The document text and token offsets as one blob (what an index rebuild needs)."""
+    return json.dumps({"text": text, "offsets": [list(o) for o in offsets]}).encode()
+
+
+def decode_doc_blob(data: bytes) -> tuple[str, list[tuple[int, int]]]:
+    obj = json.loads(bytes(data).decode())
+    return obj["text"], [tuple(o) for o in obj["offsets"]]
+
+
+class RetrievalService:
+    """Per-context page indices; ``plan`` turns a query into an AttendPlan."""
+
+    def __init__(self, page_size: int = 256, section_pages: int = 16, store_url: str | None = None,
+                 namespace: str = "agentctx"):
+        self.page_size = page_size
+        self.section_pages = section_pages
+        self.store_url = store_url
+        self.namespace = namespace
+        self.embedder = Embedder()
+        self._indices: dict[str, DocumentIndex] = {}
+        self._lock = threading.Lock()
+
+    def index_document(self, context_id: str, text: str, offsets: list[tuple[int, int]]) -> dict:
+        """Build (or reuse) the index of a context; returns build stats."""
+        with self._lock:
+            if context_id in self._indices:
+                return {"reused": True, "num_pages": self._indices[context_id].num_pages}
+        idx = DocumentIndex(text, offsets, page_size=self.page_size, embedder=self.embedder,
+                            section_pages=self.section_pages)
+        with self._lock:
+            self._indices[context_id] = idx
+        s = idx.stats
+        return {"reused": False, "num_pages": s.num_pages, "embed_s": s.embed_seconds,
+                "index_s": s.index_seconds, "texts_encoded": s.texts_encoded}
+
+    def _index(self, context_id: str, tenant: str) -> DocumentIndex:
+        with self._lock:
+            idx = self._indices.get(context_id)
+        if idx is not None:
+            return idx
+        # Not built here (service restarted, or another process loaded it): rebuild from the store.
+        from agentctx.kv_store import KVStore
+
+        store = KVStore.connect_cached(self.store_url, self.namespace)
+        text, offsets = decode_doc_blob(store.get_blob(context_id, DOC_BLOB, tenant=tenant))
+        self.index_document(context_id, text, offsets)
+        with self._lock:
+            return self._indices[context_id]
+
+    def plan(self, context_id: str, tenant: str, query: str, policy: SelectionPolicy) -> AttendPlan:
+        if policy.page_size_tokens != self.page_size:
+            raise ValueError(f"policy page size {policy.page_size_tokens} != context page size {self.page_size}")
+        idx = self._index(context_id, tenant)
+        return plan(query, idx, idx.num_pages, idx.last_page_len, policy)
+
+    def drop(self, context_id: str) -> bool:
+        with self._lock:
+            return self._indices.pop(context_id, None) is not None
+
+    def stats(self) -> dict:
+        return {"contexts": len(self._indices), "texts_encoded": self.embedder.texts_encoded,
+                "cache_hits": self.embedder.cache_hits}

@@ -1,0 +1,160 @@
+"""Runtime: start (or join) Ray, connect the KV store, retrieval and model replicas.
+
+``Runtime.start()`` is the one entry point of the Python API and the CLI:
+
+    with Runtime.start() as rt:
+        ctx = rt.load_context(text)          # tokenize, prefill once, index, publish
+        plan = ctx.plan("termination fee")   # pages to attend
+        ctx.generate("\\n\\nQuestion: ...\\nAnswer:", plan)
+
+A local Ray is started when no cluster address is given (``RAY_ADDRESS`` selects
+one). Without ``AGENTCTX_REDIS_URL`` the directory lives in a store-side actor of
+this Ray cluster, and the log says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from agentctx import settings
+from agentctx.config import AgentctxConfig
+from agentctx.context import Context
+from agentctx.retrieval_service import DOC_BLOB, RetrievalService, encode_doc_blob
+
+__all__ = ["Runtime", "LoadResult", "context_id_for"]
+
+log = logging.getLogger(__name__)
+RETRIEVAL_ACTOR = "agentctx-retrieval"
+
+
+def context_id_for(model_id: str, tenant: str, text: str) -> str:
+    """Deterministic id: the same document, model and tenant reattach instead of prefilling again."""
+    h = hashlib.sha256()
+    for part in (model_id, tenant, text):
+        data = part.encode()
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return "ctx-" + h.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    context_id: str
+    num_tokens: int
+    num_pages: int
+    prefilled: bool  # False when the context already existed (reattached)
+    prefill_s: float
+    index_s: float
+    total_s: float
+
+
+class Runtime:
+    """Handles to the store, the retrieval service and the model replicas of one cluster."""
+
+    def __init__(self, config: AgentctxConfig, store, client, retrieval, owns_ray: bool):
+        self.config = config
+        self.store = store
+        self.client = client
+        self.retrieval = retrieval
+        self._owns_ray = owns_ray
+
+    @classmethod
+    def start(cls, config: AgentctxConfig | None = None, *, num_cpus: int | None = None) -> "Runtime":
+        import ray
+
+        from agentctx.kv_store import KVStore
+        from serving.client import ServeReplicaClient
+        from serving.deployments import deploy_replicas
+
+        config = config or AgentctxConfig()
+        owns_ray = False
+        if not ray.is_initialized():
+            address = settings.ray_address()
+            if address:
+                log.info("joining Ray cluster at %s", address)
+                ray.init(address=address, namespace=config.store.namespace, log_to_driver=False)
+            else:
+                log.info("no RAY_ADDRESS: starting a local Ray")
+                ray.init(num_cpus=num_cpus or os.cpu_count(), namespace=config.store.namespace,
+                         include_dashboard=False, log_to_driver=False)
+                owns_ray = True
+        if config.store.redis_url:
+            log.info("KV directory: Redis at %s", config.store.redis_url)
+        else:
+            log.warning("no AGENTCTX_REDIS_URL: KV directory is held in-process by the store actor "
+                        "(not durable across a Ray restart; set a Redis URL for production)")
+        store = KVStore.connect(config.store.redis_url, namespace=config.store.namespace,
+                                budget_bytes=config.store.budget_bytes, lease_ttl_s=config.store.lease_ttl_s)
+        retrieval = ray.remote(RetrievalService).options(
+            name=RETRIEVAL_ACTOR, namespace=config.store.namespace, get_if_exists=True, num_cpus=0
+        ).remote(config.model.page_size, config.section_pages, config.store.redis_url, config.store.namespace)
+        log.info("starting model replica(s): %s", config.model.path or "embedded Gemma 3 270M")
+        client = ServeReplicaClient(deploy_replicas(config))
+        return cls(config, store, client, retrieval, owns_ray)
+
+    # ------------------------------------------------------------------ contexts
+    @property
+    def policy(self):
+        return self.config.retrieval
+
+    def load_context(self, text: str, tenant: str = "default") -> tuple[Context, LoadResult]:
+        """Tokenize, prefill once, publish pages, index chunks; returns an open Context."""
+        import ray
+
+        t0 = time.perf_counter()
+        doc = self.client.tokenize_document(text)
+        model_id = self.client.info()["model_id"]
+        cid = context_id_for(model_id, tenant, text)
+        pre = self.client.prefill_context(cid, tenant, doc)
+        prefilled = pre.prefill_s > 0
+        t1 = time.perf_counter()
+        if not self._has_blob(cid, DOC_BLOB, tenant):
+            self.store.put_blob(cid, DOC_BLOB, encode_doc_blob(text, doc.offsets), tenant=tenant)
+        ray.get(self.retrieval.index_document.remote(cid, text, doc.offsets))
+        t2 = time.perf_counter()
+        ctx = self.attach(cid, tenant, text=text)
+        res = LoadResult(cid, pre.num_tokens, pre.num_pages, prefilled, pre.prefill_s, t2 - t1, t2 - t0)
+        log.info("context %s: %d tokens, %d pages, %s in %.1f s (index %.1f s)", cid, res.num_tokens,
+                 res.num_pages, "prefilled" if prefilled else "reattached", res.total_s, res.index_s)
+        return ctx, res
+
+    def _has_blob(self, context_id: str, name: str, tenant: str) -> bool:
+        from agentctx.kv_store import BlobNotFoundError
+
+        try:
+            self.store.directory.get_blob_meta(context_id, name, tenant)
+            return True
+        except BlobNotFoundError:
+            return False
+
+    def attach(self, context_id: str, tenant: str = "default", text: str | None = None,
+               holder_id: str | None = None) -> Context:
+        handle = self.store.open(context_id, tenant, holder_id=holder_id)
+        return Context(handle, self.client, self.retrieval, self.policy, text=text)
+
+    def delete_context(self, context_id: str, tenant: str = "default") -> None:
+        import ray
+
+        self.store.delete_context(context_id, tenant)
+        ray.get(self.retrieval.drop.remote(context_id))
+
+    # ------------------------------------------------------------------ lifetime
+    def shutdown(self) -> None:
+        import ray
+        from ray import serve
+
+        if self._owns_ray and ray.is_initialized():
+            try:
+                serve.shutdown()
+            finally:
+                ray.shutdown()
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
