@@ -1,0 +1,196 @@
+"""Public launcher: attention of query tokens over selected pages of a shared KV pool.
+
+This module only validates inputs and picks an implementation:
+
+* ``"torch"``  – :func:`kernels.reference.attend_selected_reference` (any device).
+* ``"triton"`` – :mod:`kernels.triton_attend` (CUDA; or CPU tensors when
+  Triton's interpreter is active via ``TRITON_INTERPRET=1``).
+* ``"flash"``  – :mod:`kernels.flash_attend` (flash-attn paged KV; raises
+  ``NotImplementedError`` when the layout does not fit).
+* ``"auto"``   – flash if it fits, else Triton on CUDA, else torch.
+
+Triton and flash-attn are imported lazily, so ``import kernels`` works on a
+machine with neither.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from torch import Tensor
+
+from .reference import attend_selected_reference
+
+__all__ = ["attend_selected", "IMPLS"]
+
+IMPLS = ("auto", "torch", "triton", "flash")
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _shape(t: Tensor) -> str:
+    return str(tuple(t.shape))
+
+
+def _validate(q, k_pages, v_pages, block_table, num_blocks, slot_lens, scale, softcap, impl) -> None:
+    """Raise ValueError with a precise message for anything the kernels cannot take."""
+    if impl not in IMPLS:
+        raise ValueError(f"attend_selected: impl must be one of {IMPLS}, got {impl!r}")
+    names = ("q", "k_pages", "v_pages", "block_table", "num_blocks", "slot_lens")
+    for name, t in zip(names, (q, k_pages, v_pages, block_table, num_blocks, slot_lens)):
+        if not isinstance(t, Tensor):
+            raise ValueError(f"attend_selected: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 4:
+        raise ValueError(f"attend_selected: q must be (B, Tq, Hq, D), got shape {_shape(q)}")
+    if k_pages.dim() != 4:
+        raise ValueError(f"attend_selected: k_pages must be (S, P, Hkv, D), got shape {_shape(k_pages)}")
+    if v_pages.shape != k_pages.shape:
+        raise ValueError(f"attend_selected: v_pages shape {_shape(v_pages)} != k_pages shape {_shape(k_pages)}")
+    B, Tq, Hq, D = q.shape
+    S, P, Hkv, Dk = k_pages.shape
+    if Dk != D:
+        raise ValueError(f"attend_selected: head dim of q ({D}) != head dim of k_pages ({Dk})")
+    if Hq == 0 or Hkv == 0 or Hq % Hkv != 0:
+        raise ValueError(f"attend_selected: Hq ({Hq}) must be a multiple of Hkv ({Hkv})")
+    if P == 0 or D == 0:
+        raise ValueError(f"attend_selected: page size and head dim must be > 0, got P={P}, D={D}")
+    if q.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"attend_selected: q dtype must be float32/float16/bfloat16, got {q.dtype}")
+    if k_pages.dtype != q.dtype or v_pages.dtype != q.dtype:
+        raise ValueError(
+            f"attend_selected: k_pages/v_pages dtype ({k_pages.dtype}/{v_pages.dtype}) must equal q dtype ({q.dtype})"
+        )
+    if block_table.dim() != 2 or block_table.shape[0] != B:
+        raise ValueError(f"attend_selected: block_table must be (B={B}, M), got shape {_shape(block_table)}")
+    if num_blocks.shape != (B,):
+        raise ValueError(f"attend_selected: num_blocks must be (B={B},), got shape {_shape(num_blocks)}")
+    if slot_lens.shape != (S,):
+        raise ValueError(f"attend_selected: slot_lens must be (S={S},), got shape {_shape(slot_lens)}")
+    for name, t in (("block_table", block_table), ("num_blocks", num_blocks), ("slot_lens", slot_lens)):
+        if t.dtype != torch.int32:
+            raise ValueError(f"attend_selected: {name} must be int32, got {t.dtype}")
+    dev = q.device
+    for name, t in zip(names[1:], (k_pages, v_pages, block_table, num_blocks, slot_lens)):
+        if t.device != dev:
+            raise ValueError(f"attend_selected: {name} is on {t.device} but q is on {dev}; all inputs must share a device")
+    # The kernels read D-vectors with unit stride (coalesced loads); other dims may be strided.
+    for name, t in (("q", q), ("k_pages", k_pages), ("v_pages", v_pages)):
+        if t.numel() > 0 and t.stride(-1) != 1:
+            raise ValueError(
+                f"attend_selected: {name} must have unit stride in the last (head-dim) axis, got strides {t.stride()}; "
+                "call .contiguous() first"
+            )
+    if not isinstance(scale, (int, float)) or not math.isfinite(float(scale)):
+        raise ValueError(f"attend_selected: scale must be a finite float, got {scale!r}")
+    if softcap is not None and (not isinstance(softcap, (int, float)) or not (float(softcap) >= 0.0)
+                                or not math.isfinite(float(softcap))):
+        raise ValueError(f"attend_selected: softcap must be None or a finite float >= 0 (0 = off), got {softcap!r}")
+    # Value checks need the data on the host; only done where that is free (CPU)
+    # so that GPU calls never synchronise here.
+    if dev.type == "cpu":
+        M = block_table.shape[1]
+        if B and (int(num_blocks.min()) < 0 or int(num_blocks.max()) > M):
+            raise ValueError(f"attend_selected: num_blocks values must lie in [0, M={M}], got {num_blocks.tolist()}")
+        if S and (int(slot_lens.min()) < 0 or int(slot_lens.max()) > P):
+            raise ValueError(f"attend_selected: slot_lens values must lie in [0, P={P}]")
+        used = torch.arange(M)[None, :] < num_blocks.long()[:, None]
+        sel = block_table[used]
+        if sel.numel() and (int(sel.min()) < 0 or int(sel.max()) >= S):
+            raise ValueError(f"attend_selected: selected block_table entries must be slot ids in [0, S={S})")
+
+
+@functools.lru_cache(maxsize=1)
+def _load_triton():
+    """(module, None) or (None, error text); cached because a failing import is slow per call."""
+    try:
+        from . import triton_attend
+    except ImportError as exc:
+        return None, str(exc)
+    return triton_attend, None
+
+
+def _triton_impl():
+    """Import the Triton launcher, turning a missing package into a clear error."""
+    module, err = _load_triton()
+    if module is None:
+        raise RuntimeError(f"attend_selected(impl='triton'): Triton is unavailable ({err})")
+    return module
+
+
+def attend_selected(
+    q: Tensor,
+    k_pages: Tensor,
+    v_pages: Tensor,
+    block_table: Tensor,
+    num_blocks: Tensor,
+    slot_lens: Tensor,
+    scale: float,
+    softcap: float | None = None,
+    impl: str = "auto",
+) -> tuple[Tensor, Tensor]:
+    """Attention of each query row over the valid tokens of its selected KV pages.
+
+    Args:
+        q: (B, Tq, Hq, D) query tokens, float32/float16/bfloat16.
+        k_pages, v_pages: (S, P, Hkv, D) page pool of one layer, same dtype as q.
+            Hq % Hkv == 0; query head h reads kv head h // (Hq // Hkv).
+        block_table: (B, M) int32 slot ids; row b uses ``[:num_blocks[b]]``,
+            the rest is padding and is never read.
+        num_blocks: (B,) int32, 0 <= num_blocks[b] <= M.
+        slot_lens: (S,) int32 valid tokens per slot (0..P); later tokens are ignored.
+        scale: multiplier on q·k.
+        softcap: optional; scores = softcap * tanh(scores / softcap) after scaling.
+        impl: "auto" | "torch" | "triton" | "flash".
+
+    Returns:
+        out (B, Tq, Hq, D) in ``q.dtype`` and lse (B, Tq, Hq) float32
+        (natural log-sum-exp of the scaled, capped scores). There is no causal
+        mask: every query sees all valid tokens of its pages. A row with no
+        valid token gives out = 0 and lse = -inf.
+
+    Value ranges (slot ids, num_blocks <= M, slot_lens <= P) are checked only
+    for CPU tensors: on CUDA that would need a device sync per call, so
+    out-of-range values there are undefined behaviour.
+
+    Raises:
+        ValueError: bad shapes, dtypes, devices, strides or (CPU only) values.
+        NotImplementedError: impl="flash" and the layout does not fit flash-attn.
+        RuntimeError: impl="triton" and Triton cannot run these tensors.
+    """
+    _validate(q, k_pages, v_pages, block_table, num_blocks, slot_lens, scale, softcap, impl)
+    softcap = float(softcap) if softcap else None
+    scale = float(scale)
+    args = (q, k_pages, v_pages, block_table, num_blocks, slot_lens, scale, softcap)
+
+    if impl == "torch":
+        return attend_selected_reference(*args)
+    if impl == "flash":
+        from .flash_attend import flash_attend_selected
+
+        return flash_attend_selected(*args)
+    if impl == "triton":
+        tri = _triton_impl()
+        if q.device.type != "cuda" and not tri.INTERPRET:
+            raise RuntimeError(
+                f"attend_selected(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
+                "(or TRITON_INTERPRET=1 set before kernels.triton_attend is imported)"
+            )
+        return tri.triton_attend_selected(*args)
+
+    # impl == "auto"
+    if q.device.type == "cuda":
+        from .flash_attend import flash_attend_selected, flash_static_fit
+
+        if flash_static_fit(q, k_pages) is None:
+            try:
+                return flash_attend_selected(*args)
+            except NotImplementedError:
+                pass  # e.g. a ragged inner page: Triton handles any layout
+        try:
+            tri = _triton_impl()
+        except RuntimeError:
+            tri = None
+        if tri is not None:
+            return tri.triton_attend_selected(*args)
+    return attend_selected_reference(*args)

@@ -1,0 +1,39 @@
+"""Run the Triton kernels under Triton's CPU interpreter and print one JSON result line.
+
+Used by test_triton_interpret.py in a subprocess, because TRITON_INTERPRET must
+be set before kernels.triton_attend is imported (Triton chooses interpreter vs
+compiler at decoration time) and must not leak into GPU tests of the parent.
+
+Usage: TRITON_INTERPRET=1 python -m tests.kernels._interp_runner
+Output: {"case-id": "ok" | "<error text>", ...}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+
+def main() -> int:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        print("TRITON_INTERPRET=1 must be set", file=sys.stderr)
+        return 2
+    from kernels import triton_attend  # noqa: F401  (decorated under the interpreter)
+
+    from ._triton_grid import interpreter_cases, run_case
+
+    results = {}
+    for name, spec in interpreter_cases().items():
+        try:
+            run_case(spec, device="cpu")
+            results[name] = "ok"
+        except Exception:  # report every failure, do not stop at the first
+            results[name] = traceback.format_exc(limit=4)[-3000:]
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
