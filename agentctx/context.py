@@ -114,10 +114,15 @@ class Context:
         stop: tuple[str, ...] = (),
         temperature: float = 0.0,
         seed: int | None = None,
+        copy_from: list[int] | None = None,
     ) -> GenerateResult:
-        """Complete ``prompt`` (which continues right after the document). plan=None: dense."""
+        """Complete ``prompt`` (which continues right after the document). plan=None: dense.
+
+        copy_from: constrain the output to a verbatim span of these pages (a quote)."""
         req = GenerateRequest(self.context_id, prompt, self._pages(plan), max_new_tokens, temperature,
-                              tuple(stop), seed, tenant=self.tenant)
+                              tuple(stop), seed, tenant=self.tenant,
+                              constraint="copy" if copy_from is not None else None,
+                              copy_pages=tuple(copy_from) if copy_from else None)
         return self.client.generate(req)
 
     def score(self, prompt: str, options: list[str], plan: AttendPlan | list[int] | None = None) -> list[float]:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from serving.model_loader import LoadedModel, load_model
+from serving.copy_constraint import CopyConstraint
 from serving.model_runner import ModelRunner
 from serving.paged_kv import DocKV, QueryTail
 from serving.types import DOC_PREFIX, GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
@@ -26,8 +27,8 @@ __all__ = ["Engine", "LocalEngine", "ContextNotLoadedError", "PageLoader"]
 
 log = logging.getLogger(__name__)
 
-# page_loader(context_id, tenant) -> (num_tokens, [page tensors], window tensor | None)
-PageLoader = Callable[[str, str], tuple[int, list[torch.Tensor], torch.Tensor | None]]
+# page_loader(context_id, tenant) -> (num_tokens, [page tensors], window tensor | None, token ids)
+PageLoader = Callable[[str, str], tuple[int, list[torch.Tensor], torch.Tensor | None, list[int]]]
 
 
 class ContextNotLoadedError(KeyError):
@@ -111,6 +112,8 @@ class LocalEngine(Engine):
         self._lock = threading.RLock()
         # The model is not re-entrant on one device: serialise forwards.
         self._forward_lock = threading.Lock()
+        self._end_ids: set[int] | None = None
+        self._tok_strings: list[str] = []
         self.stats = {"prefills": 0, "prefill_tokens": 0, "cache_hits": 0, "cache_misses": 0, "loads": 0}
 
     # ------------------------------------------------------------------ documents
@@ -131,13 +134,14 @@ class LocalEngine(Engine):
         with self._forward_lock:
             kv = self.runner.prefill(doc.token_ids, progress=progress)
         dt = time.perf_counter() - t0
+        kv.token_ids = list(doc.token_ids)
         self.stats["prefills"] += 1
         self.stats["prefill_tokens"] += len(doc.token_ids)
         self._insert(context_id, kv)
         return PrefillResult(context_id, kv.num_tokens, kv.num_pages, self.page_size, kv.kv_bytes(), dt)
 
     def export(self, context_id: str) -> tuple[int, list[torch.Tensor], torch.Tensor | None]:
-        """(num_tokens, page tensors on CPU, window tensor on CPU) for the shared store."""
+        """(num_tokens, page tensors on CPU, window tensor on CPU) for the shared store (token ids: kv.token_ids)."""
         kv = self._get(context_id, tenant=None)
         pages = [kv.page_tensor(i).cpu() for i in range(kv.num_pages)]
         window = kv.window_tensor()
@@ -180,10 +184,11 @@ class LocalEngine(Engine):
             self.stats["cache_misses"] += 1
         if self.page_loader is None:
             raise ContextNotLoadedError(f"context {context_id!r} is not loaded on this replica")
-        num_tokens, pages, window = self.page_loader(context_id, tenant or "default")
+        num_tokens, pages, window, token_ids = self.page_loader(context_id, tenant or "default")
         kv = DocKV.from_tensors(
             self.runner.layout, self.page_size, num_tokens, pages, window, device=self.runner.device
         )
+        kv.token_ids = token_ids
         self.stats["loads"] += 1
         self._insert(context_id, kv)
         return kv
@@ -205,6 +210,33 @@ class LocalEngine(Engine):
         finally:
             with self._lock:
                 self._pins[req.context_id] -= 1
+
+    def _copy_constraint(self, kv: DocKV, pages: list[int] | None) -> CopyConstraint:
+        if kv.token_ids is None:
+            raise ValueError("this context has no token ids: copy-constrained decoding is unavailable")
+        if pages is not None and any(not 0 <= p < kv.num_pages for p in pages):
+            raise ValueError(f"copy_pages out of range for a document of {kv.num_pages} pages")
+        if self._end_ids is None:
+            vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+            toks = [self.tokenizer.convert_tokens_to_string([t]) if t else "" for t in vocab]
+            self._tok_strings = toks
+            self._end_ids = {i for i, t in enumerate(toks) if t and t.strip() != "" and t.lstrip()[:1] in _QUOTE_END_CHARS}
+            self._end_ids |= {i for i, t in enumerate(toks) if t and "\n" in t and not t.strip()}
+        toks, doc = self._tok_strings, kv.token_ids
+
+        def start_ok(i: int) -> bool:
+            # A quote starts a sentence at a word: not at a clause number or an all-caps heading.
+            prev, cur = toks[doc[i - 1]], toks[doc[i]].strip()
+            boundary = prev.endswith("\n") or prev.rstrip().endswith((".", ":", ";"))
+            heading = len(cur) > 1 and cur.isupper()
+            return boundary and cur[:1].isalpha() and not heading and not prev.strip()[:1].isdigit()
+
+        def end_ok(j: int) -> bool:
+            # ... and ends at a sentence end or a line end.
+            return toks[doc[j - 1]].rstrip().endswith((".", ";")) or (j < len(doc) and "\n" in toks[doc[j]])
+
+        all_pages = list(range(kv.num_pages)) if pages is None else pages
+        return CopyConstraint(doc, all_pages, self.page_size, self._end_ids, start_ok, end_ok)
 
     def score(self, req: ScoreRequest) -> list[float]:
         """Sum of token log-probs of each option after the prompt (options share the prompt's KV)."""
@@ -246,9 +278,12 @@ class LocalEngine(Engine):
         out: list[int] = []
         text, emitted, finish = "", 0, "length"
         ttft = None
+        copy = self._copy_constraint(kv, req.copy_pages or pages) if req.constraint == "copy" else None
         with self._forward_lock:
             logits = runner.extend(kv, tail, prompt_ids, pages)
             for _ in range(req.max_new_tokens):
+                if copy is not None:
+                    logits = copy.mask(logits)
                 if req.temperature <= 0:
                     nxt = int(torch.argmax(logits))
                 else:
@@ -257,6 +292,9 @@ class LocalEngine(Engine):
                 if ttft is None:
                     ttft = time.perf_counter() - t0
                 if nxt in stop_ids:
+                    finish = "stop"
+                    break
+                if copy is not None and not copy.advance(nxt):
                     finish = "stop"
                     break
                 out.append(nxt)
@@ -289,6 +327,9 @@ class LocalEngine(Engine):
             total_s=total,
             finish_reason=finish,
         )
+
+
+_QUOTE_END_CHARS = ('"', "\n", "\u201d")
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:

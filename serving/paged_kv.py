@@ -64,6 +64,7 @@ class DocKV:
     window_v: dict[int, torch.Tensor] = field(default_factory=dict)
     window_pos: torch.Tensor | None = None
     last_logits: torch.Tensor | None = None  # (vocab,) logits after the final document token
+    token_ids: list[int] | None = None  # the document's tokens (for copy-constrained decoding)
 
     @property
     def num_pages(self) -> int:

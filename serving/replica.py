@@ -25,10 +25,11 @@ from retrieval.chunking import page_char_spans
 from serving.engine import LocalEngine
 from serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
-__all__ = ["ModelReplica", "WINDOW_BLOB"]
+__all__ = ["ModelReplica", "WINDOW_BLOB", "TOKENS_BLOB"]
 
 log = logging.getLogger(__name__)
 WINDOW_BLOB = "sliding_window_kv"
+TOKENS_BLOB = "token_ids"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -116,7 +117,9 @@ class ModelReplica:
                 extra=dict(extra or {}, page_size=P, prefix_tokens=doc.prefix_tokens),
             )
         )
-        if window is not None:  # blobs attach to a live context
+        # blobs attach to a live context
+        self.store.put_blob(context_id, TOKENS_BLOB, torch.tensor(doc.token_ids, dtype=torch.int64), tenant=tenant)
+        if window is not None:
             self.store.put_blob(context_id, WINDOW_BLOB, window, tenant=tenant)
         return PrefillResult(
             context_id, result.num_tokens, result.num_pages, P, result.kv_bytes, result.prefill_s, reused_pages=reused
@@ -131,9 +134,10 @@ class ModelReplica:
             window = None
             if self.engine.runner.layout.sliding_layers:
                 window = self.store.get_blob(context_id, WINDOW_BLOB, tenant=tenant)
+            token_ids = self.store.get_blob(context_id, TOKENS_BLOB, tenant=tenant).tolist()
         log.info("replica %s loaded %s (%d pages) in %.3f s", self.name, context_id, len(pages),
                  time.perf_counter() - t0)
-        return rec.num_tokens, pages, window
+        return rec.num_tokens, pages, window, token_ids
 
     # ------------------------------------------------------------------ generation
     def generate(self, req: GenerateRequest) -> GenerateResult:

@@ -45,6 +45,10 @@ class GenerateRequest:
     seed: int | None = None
     tenant: str = "default"
     request_id: str | None = None
+    # "copy": output is constrained to verbatim spans of the attended pages (quotes
+    # that are source text by construction); None: free generation.
+    constraint: str | None = None
+    copy_pages: tuple[int, ...] | None = None  # pages a "copy" quote may come from (default: attended)
 
 
 @dataclass

@@ -1,0 +1,126 @@
+"""Built-in roles: summarizer, clause extractor, risk assessor, question answering.
+
+Prompts are completion-style because the embedded model is a small base model:
+each prompt continues right after the shared document. Leaf values come from
+constrained fill (agentctx.structured), and every quote is checked against the
+source (agentctx.citations).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentctx.agents.base import Agent, register_role
+from agentctx.agents.taxonomy import CLAUSE_TAXONOMY
+from agentctx.citations import Citation, locate_quote
+from agentctx.context import Context
+from agentctx.findings import Answer, AnswerFields, ClauseFinding, RiskFields, RiskFinding, SectionSummary
+from agentctx.structured import fill_fields
+from retrieval.policy import AttendPlan
+
+__all__ = ["Summarizer", "ClauseExtractor", "RiskAssessor", "QuestionAnswerer", "cite"]
+
+
+def cite(ctx: Context, quote: str, plan: AttendPlan | None) -> Citation | None:
+    """Locate a quote, preferring the attended pages; None for an empty quote."""
+    hint_start, hint_end = 0, None
+    if plan is not None:
+        spans = [ctx.char_spans[p] for p in plan.pages if plan.reason_of(p) in ("retrieved", "neighbor")]
+        if spans:
+            hint_start, hint_end = min(s for s, _ in spans), max(e for _, e in spans)
+    found = locate_quote(ctx.text, quote, hint_start, hint_end)
+    if found is None:
+        return None
+    start, end, verified = found
+    page = ctx.page_of_char(start)
+    return Citation(page=page, page_id=ctx.page_ids[page], char_start=start, char_end=end,
+                    quote=ctx.text[start:end] if verified else quote.strip(), verified=verified)
+
+
+def _quote_source(plan: AttendPlan, max_pages: int = 4) -> list[int]:
+    """Best-ranked attended pages (a sink page counts when retrieval ranked it too)."""
+    if plan.retrieval is not None:
+        ranked = [int(p) for p in plan.retrieval.pages if int(p) in plan.pages]
+        if ranked:
+            return ranked[:max_pages]
+    return list(plan.pages_with("retrieved") + plan.pages_with("neighbor")) or list(plan.pages)
+
+
+def _snippet(text: str, n: int = 80) -> str:
+    s = " ".join(text.split())[:n]
+    return s.rsplit(" ", 1)[0] if " " in s else s
+
+
+@register_role
+class Summarizer(Agent):
+    role = "summarizer"
+    output_schema = SectionSummary
+
+    def run(self, ctx: Context, task: dict[str, Any]) -> SectionSummary:
+        pages = [int(p) for p in task["pages"]]
+        plan = None if self.spec.dense else ctx.pages_plan(pages, self.spec.policy)
+        start, end = ctx.char_spans[pages[0]][0], ctx.char_spans[pages[-1]][1]
+        body = (f'Question: In one sentence, what does the part of the document beginning "'
+                f'{_snippet(ctx.text[start:end])}" say?\nAnswer:')
+        summary = self.llm(ctx, plan).complete(self.prompt(body), max_new_tokens=self.spec.max_new_tokens,
+                                               stop=("\n",)).strip()
+        page = pages[0]
+        return SectionSummary(
+            section=int(task.get("section", 0)), pages=pages, summary=summary,
+            citation=Citation(page=page, page_id=ctx.page_ids[page], char_start=start, char_end=end,
+                              quote=_snippet(ctx.text[start:end], 160), verified=True),
+        )
+
+
+@register_role
+class ClauseExtractor(Agent):
+    role = "clause_extractor"
+    output_schema = ClauseFinding
+
+    def run(self, ctx: Context, task: dict[str, Any]) -> ClauseFinding:
+        kind = CLAUSE_TAXONOMY[task["clause"]]
+        plan = self.plan(ctx, kind.query)
+        llm = self.llm(ctx, plan)
+        body = f'Question: Quote the sentence of the document that {kind.description}.\nAnswer: "'
+        # Quotes are copied verbatim from the retrieved pages (dense: from any page).
+        source = None if plan is None else _quote_source(plan)
+        quote = llm.complete(self.prompt(body), max_new_tokens=self.spec.max_new_tokens, stop=('"', "\n"),
+                             copy_from=source or list(range(ctx.info.num_pages))).strip()
+        citation = cite(ctx, quote, plan)
+        util = plan.utilization if plan is not None else 1.0
+        if citation is None:
+            return ClauseFinding(kind=kind.kind, present=False, quote=quote, utilization=util)
+        return ClauseFinding(kind=kind.kind, present=True, quote=quote, citation=citation, utilization=util)
+
+
+@register_role
+class RiskAssessor(Agent):
+    role = "risk_assessor"
+    output_schema = RiskFinding
+
+    def run(self, ctx: Context, task: dict[str, Any]) -> RiskFinding:
+        clause = ClauseFinding.model_validate(task["input"])
+        quote = clause.citation.quote if clause.citation else clause.quote
+        plan = self.plan(ctx, quote or clause.kind)
+        body = (f'Clause ({clause.kind.replace("_", " ")}): "{quote}"\n'
+                "Risk review of this clause for the Customer, as JSON:\n")
+        fields = fill_fields(self.llm(ctx, plan), self.prompt(body), RiskFields,
+                             max_chars={"rationale": 240, "recommendation": 240},
+                             max_attempts=self.spec.max_attempts)
+        return RiskFinding(**fields.model_dump(), clause_kind=clause.kind, citation=clause.citation)
+
+
+@register_role
+class QuestionAnswerer(Agent):
+    role = "qa"
+    output_schema = Answer
+
+    def run(self, ctx: Context, task: dict[str, Any]) -> Answer:
+        question = str(task["question"]).strip()
+        if not question:
+            raise ValueError("qa task has an empty question")
+        plan = self.plan(ctx, question)
+        body = f"Question: {question}\nAnswer as JSON with the answer and a word-for-word quote from the document:\n"
+        fields = fill_fields(self.llm(ctx, plan), self.prompt(body), AnswerFields,
+                             max_chars={"answer": 300, "quote": 400}, max_attempts=self.spec.max_attempts)
+        return Answer(**fields.model_dump(), question=question, citation=cite(ctx, fields.quote, plan))

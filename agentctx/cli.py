@@ -1,0 +1,132 @@
+"""Command line: ``agentctx review FILE``, ``agentctx serve``, ``agentctx prepare-model``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["main", "SAMPLE_CONTRACT"]
+
+SAMPLE_CONTRACT = Path(__file__).parent / "samples" / "sample_contract.txt"
+log = logging.getLogger("agentctx")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for name in ("ray", "ray.serve", "filelock", "httpx", "urllib3", "sentence_transformers", "transformers"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _read_document(path: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise SystemExit(f"error: document {path!r} does not exist")
+    if not p.is_file():
+        raise SystemExit(f"error: {path!r} is not a file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SystemExit(f"error: {path!r} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                         "convert it to plain text first") from exc
+    if not text.strip():
+        raise SystemExit(f"error: document {path!r} is empty")
+    return text
+
+
+def _config(args):
+    from agentctx.config import load_config
+
+    cfg = load_config(args.config)
+    if getattr(args, "model", None):
+        cfg.model.path = args.model
+    if getattr(args, "budget", None) is not None:
+        cfg.retrieval = cfg.retrieval.model_copy(update={"budget_fraction": args.budget, "top_k_pages": None})
+    return cfg
+
+
+def cmd_review(args) -> int:
+    from agentctx.runtime import Runtime
+    from pipelines.document_review import report_summary_line, run_review
+
+    text = _read_document(args.file)
+    cfg = _config(args)
+    kinds = tuple(k.strip() for k in args.clauses.split(",")) if args.clauses else None
+    if kinds:
+        from agentctx.agents import CLAUSE_KINDS
+
+        bad = [k for k in kinds if k not in CLAUSE_KINDS]
+        if bad:
+            raise SystemExit(f"error: unknown clause kinds {bad}; known: {', '.join(CLAUSE_KINDS)}")
+    with Runtime.start(cfg) as rt:
+        report = run_review(rt, text, source=Path(args.file).name, tenant=args.tenant, dense=args.dense,
+                            out_dir=args.out, **({"clause_kinds": kinds} if kinds else {}))
+    for c in report.clauses:
+        status = ("verified" if c.verified else "UNVERIFIED") if c.present else "not found"
+        quote = f' "{c.citation.quote[:90]}"' if c.present and c.citation else ""
+        print(f"  {c.kind:16s} {status:10s}{quote}")
+    for r in report.risks:
+        print(f"  risk {r.clause_kind:16s} {r.severity:6s} {r.rationale[:80]}")
+    print(report_summary_line(report))
+    print(f"report: {Path(args.out) / 'report.html'}")
+    return 0 if not report.errors else 2
+
+
+def cmd_serve(args) -> int:
+    from serving.http_app import serve_forever
+
+    serve_forever(_config(args))
+    return 0
+
+
+def cmd_prepare_model(args) -> int:
+    from serving.model_loader import resolve_model_dir
+
+    print(resolve_model_dir(args.model))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentctx", description="Many agents over one long document, one KV cache.")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("review", help="review a document: summary, clauses, risks (JSON + HTML)")
+    r.add_argument("file", nargs="?", default=str(SAMPLE_CONTRACT), help="UTF-8 text file (default: bundled sample)")
+    r.add_argument("--model", help="local HF checkpoint dir (default: embedded Gemma 3 270M)")
+    r.add_argument("--out", default="out/review", help="output dir for report.json / report.html")
+    r.add_argument("--config", help="agentctx YAML config")
+    r.add_argument("--tenant", default="default")
+    r.add_argument("--dense", action="store_true", help="attend every page (the dense peer)")
+    r.add_argument("--budget", type=float, help="attend this fraction of the context (e.g. 0.12)")
+    r.add_argument("--clauses", help="comma-separated clause kinds (default: the whole taxonomy)")
+    r.set_defaults(func=cmd_review)
+
+    s = sub.add_parser("serve", help="start the HTTP API (Ray Serve) in the foreground")
+    s.add_argument("--config", default=None, help="agentctx YAML config (e.g. deploy/agentctx.yaml)")
+    s.add_argument("--model")
+    s.set_defaults(func=cmd_serve)
+
+    m = sub.add_parser("prepare-model", help="convert the embedded model once (or check a --model dir)")
+    m.add_argument("--model")
+    m.set_defaults(func=cmd_prepare_model)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

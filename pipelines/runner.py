@@ -1,0 +1,208 @@
+"""Run a PipelineSpec on Ray: agent actors per step, bounded concurrency, retries, timeouts.
+
+The runner holds one context reference for the whole run (so the KV cannot be
+freed mid-pipeline even if every agent restarts), starts each step's agent actors
+when its dependencies finish, keeps at most ``max_concurrency`` tasks in flight,
+retries a failed or timed-out task on a fresh actor up to ``retries`` times, and
+releases every actor's reference when its step ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from tqdm.auto import tqdm
+
+from pipelines.dsl import PipelineSpec, StepSpec
+
+__all__ = ["PipelineRunner", "PipelineResult", "StepResult", "PipelineError"]
+
+log = logging.getLogger(__name__)
+
+
+class PipelineError(RuntimeError):
+    """A step failed after its retries; the message names the step and the last error."""
+
+
+@dataclass
+class StepResult:
+    name: str
+    outputs: list[dict | None] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    attempts: int = 0
+    seconds: float = 0.0
+    stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok_outputs(self) -> list[dict]:
+        return [o for o in self.outputs if o is not None]
+
+
+@dataclass
+class PipelineResult:
+    pipeline: str
+    context_id: str
+    steps: dict[str, StepResult]
+    seconds: float
+
+    def outputs(self, step: str) -> list[dict]:
+        return self.steps[step].ok_outputs
+
+
+@dataclass
+class _Task:
+    step: str
+    index: int
+    payload: dict[str, Any]
+    attempt: int = 0
+
+
+class PipelineRunner:
+    def __init__(self, runtime, *, progress: bool = True, fail_fast: bool = False):
+        self.runtime = runtime
+        self.progress = progress
+        self.fail_fast = fail_fast
+
+    # ------------------------------------------------------------------ expansion
+    def _tasks(self, step: StepSpec, spec: PipelineSpec, ctx, results: dict[str, StepResult]) -> list[dict]:
+        base = dict(step.task)
+        if step.inputs:
+            base["inputs"] = {n: results[n].ok_outputs for n in step.inputs}
+        if step.over is None:
+            return [base]
+        if step.over == "sections":
+            per = spec.section_pages or self.runtime.config.section_pages
+            return [dict(base, section=i, pages=pages) for i, pages in enumerate(ctx.section_pages(per))]
+        if step.source_step:
+            outs = results[step.source_step].ok_outputs
+            if step.when:
+                outs = [o for o in outs if o.get(step.when)]
+            return [dict(base, input=o) for o in outs]
+        return [dict(base, **item) for item in step.over]
+
+    def _actor(self, step: StepSpec, context_id: str, tenant: str):
+        from agentctx.agents.actor import AgentActor
+        from agentctx.runtime import RETRIEVAL_ACTOR
+
+        cfg = self.runtime.config
+        return AgentActor.remote(step.agent.model_dump(), context_id, tenant, self.runtime.client,
+                                 self.runtime.policy.model_dump(), cfg.store.redis_url, cfg.store.namespace,
+                                 RETRIEVAL_ACTOR)
+
+    # ------------------------------------------------------------------ run
+    def run(self, spec: PipelineSpec, context_id: str, tenant: str = "default") -> PipelineResult:
+        t_start = time.perf_counter()
+        ctx = self.runtime.attach(context_id, tenant)  # the pipeline's own reference
+        results: dict[str, StepResult] = {}
+        actors: dict[str, list] = {}
+        queue: list[_Task] = []
+        in_flight: dict[Any, tuple[_Task, Any, float]] = {}
+        remaining: dict[str, int] = {}
+        started: dict[str, float] = {}
+        order = spec.order()
+        by_name = {s.name: s for s in order}
+        rr = {}
+        bar = tqdm(total=0, desc=spec.name, unit="task", disable=not self.progress)
+        try:
+            while True:
+                # Start every step whose dependencies are complete.
+                for step in order:
+                    if step.name in results or not all(
+                        d in results and remaining.get(d, 0) == 0 for d in step.depends_on
+                    ):
+                        continue
+                    tasks = self._tasks(step, spec, ctx, results)
+                    results[step.name] = StepResult(step.name, outputs=[None] * len(tasks))
+                    remaining[step.name] = len(tasks)
+                    started[step.name] = time.perf_counter()
+                    bar.total += len(tasks)
+                    bar.refresh()
+                    if tasks:
+                        actors[step.name] = [self._actor(step, context_id, tenant)
+                                             for _ in range(min(step.num_agents, len(tasks)))]
+                        rr[step.name] = itertools.cycle(range(len(actors[step.name])))
+                    queue.extend(_Task(step.name, i, t) for i, t in enumerate(tasks))
+                    self._finish_step_if_done(step.name, results, remaining, actors, started)
+                if not queue and not in_flight:
+                    break
+                while queue and len(in_flight) < spec.max_concurrency:
+                    task = queue.pop(0)
+                    actor = actors[task.step][next(rr[task.step])]
+                    ref = actor.run.remote(task.payload)
+                    in_flight[ref] = (task, actor, time.perf_counter())
+                    task.attempt += 1
+                    results[task.step].attempts += 1
+                done, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)
+                now = time.perf_counter()
+                for ref in list(in_flight):
+                    task, actor, t0 = in_flight[ref]
+                    step = by_name[task.step]
+                    if ref in done:
+                        del in_flight[ref]
+                        try:
+                            out = ray.get(ref)
+                            error = out["error"]
+                        except ray.exceptions.RayError as exc:  # actor died: replace it
+                            out, error = None, f"{type(exc).__name__}: {exc}"
+                            self._replace_actor(step, actor, actors, context_id, tenant)
+                    elif now - t0 > step.timeout_s:
+                        del in_flight[ref]
+                        ray.cancel(ref, force=True)
+                        out, error = None, f"timed out after {step.timeout_s:.0f} s"
+                        self._replace_actor(step, actor, actors, context_id, tenant)
+                    else:
+                        continue
+                    res = results[task.step]
+                    if error is None:
+                        res.outputs[task.index] = out["output"]
+                        for k, v in out["stats"].items():
+                            res.stats[k] = res.stats.get(k, 0) + v
+                    elif task.attempt <= step.retries:
+                        log.warning("step %s task %d failed (attempt %d), retrying: %s", task.step, task.index,
+                                    task.attempt, error.splitlines()[0])
+                        queue.append(task)
+                        continue
+                    else:
+                        res.errors.append(f"task {task.index}: {error}")
+                        if self.fail_fast:
+                            raise PipelineError(f"step {task.step!r} failed: {error.splitlines()[0]}")
+                    remaining[task.step] -= 1
+                    bar.update(1)
+                    self._finish_step_if_done(task.step, results, remaining, actors, started)
+        finally:
+            bar.close()
+            for ref in in_flight:
+                ray.cancel(ref, force=True)
+            for name in list(actors):
+                self._close_actors(actors.pop(name))
+            ctx.close()
+        return PipelineResult(spec.name, context_id, results, time.perf_counter() - t_start)
+
+    def _replace_actor(self, step, actor, actors, context_id, tenant) -> None:
+        pool = actors[step.name]
+        i = pool.index(actor)
+        try:
+            ray.kill(actor)
+        except Exception:  # already dead
+            pass
+        pool[i] = self._actor(step, context_id, tenant)
+
+    def _finish_step_if_done(self, name, results, remaining, actors, started) -> None:
+        if remaining.get(name, 1) == 0 and name in started:
+            results[name].seconds = time.perf_counter() - started.pop(name)
+            self._close_actors(actors.pop(name, []))
+
+    @staticmethod
+    def _close_actors(pool: list) -> None:
+        refs = [a.close.remote() for a in pool]
+        try:
+            ray.get(refs, timeout=30)
+        except Exception as exc:  # a dead actor's references expire with its lease
+            log.warning("closing agent actors: %s", exc)
+        for a in pool:
+            ray.kill(a)
