@@ -66,6 +66,15 @@ class AgentctxConfig(_Strict):
     section_pages: int = Field(16, ge=1, description="Pages per section of the coarse index")
     max_concurrent_agents: int = Field(4, ge=1, description="Agents running at once in a pipeline")
 
+    @model_validator(mode="after")
+    def _policy_page_size(self) -> "AgentctxConfig":
+        # The retrieval chunk is the KV page: one page size for both, taken from the model section.
+        if self.retrieval.page_size_tokens != self.model.page_size:
+            fields = self.retrieval.model_dump(exclude_unset=True)
+            fields["page_size_tokens"] = self.model.page_size
+            self.retrieval = SelectionPolicy.model_validate(fields)
+        return self
+
 
 def load_config(path: str | Path | None) -> AgentctxConfig:
     """Read a YAML config; a missing file or a bad field fails with the field named."""

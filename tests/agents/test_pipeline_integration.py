@@ -1,0 +1,100 @@
+"""The platform end to end on real Ray, Ray Serve and redis-server, with a tiny random model.
+
+The tiny model's text is gibberish; what is checked is the machinery: one prefill
+for many agents, references held and released, fan-out/fan-in, retries, reports.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from agentctx.agents import AgentSpec
+from agentctx.config import AgentctxConfig
+from agentctx.runtime import Runtime
+from pipelines.document_review import run_review
+from pipelines.dsl import Pipeline
+from pipelines.runner import PipelineRunner
+from tests.factories import make_tiny_checkpoint
+
+pytestmark = [pytest.mark.ray, pytest.mark.redis]
+
+DOC = "\n".join(
+    f"{i}.1 The Vendor shall deliver batch {i} within {i + 3} days. "
+    f"{i}.2 Either Party may terminate this Agreement on {30 + i} days' notice. "
+    f"{i}.3 This Agreement is governed by the laws of State {i}."
+    for i in range(12)
+)
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory, redis_url, ray_local):
+    path = make_tiny_checkpoint("gemma3_text", tmp_path_factory.mktemp("tiny"))
+    cfg = AgentctxConfig.model_validate({
+        "model": {"path": str(path), "page_size": 64, "prefill_chunk_tokens": 128, "device": "cpu"},
+        "store": {"redis_url": redis_url, "namespace": f"t-{uuid.uuid4().hex[:8]}"},
+        "retrieval": {"top_k_pages": 3, "recent_tokens": 64},
+        "section_pages": 8,
+    })
+    rt = Runtime.start(cfg)
+    yield rt
+    from ray import serve
+
+    serve.delete("agentctx-model")
+
+
+def test_many_agents_one_prefill_and_references_released(runtime):
+    ctx, load = runtime.load_context(DOC, tenant="t1")
+    assert load.prefilled and runtime.client.info()["prefills"] == 1
+    p = Pipeline("t", max_concurrency=4)
+    clauses = p.step("clauses", AgentSpec(role="clause_extractor", max_new_tokens=12),
+                     over=[{"clause": k} for k in ("termination", "payment", "governing_law", "term")], num_agents=4)
+    p.step("risks", AgentSpec(role="risk_assessor", max_new_tokens=8), over=clauses, when="present")
+    p.step("qa", AgentSpec(role="qa", max_new_tokens=8), over=[{"question": "Who may terminate?"}])
+    result = PipelineRunner(runtime, progress=False).run(p.spec, ctx.context_id, "t1")
+    assert not any(s.errors for s in result.steps.values()), {n: s.errors for n, s in result.steps.items()}
+    outs = result.outputs("clauses")
+    assert len(outs) == 4
+    for o in outs:  # copy-constrained quotes are source text, so every present clause is verified
+        assert not o["present"] or o["citation"]["verified"]
+        if o["present"]:
+            c = o["citation"]
+            assert DOC[c["char_start"]:c["char_end"]] == c["quote"]
+    assert len(result.outputs("risks")) == sum(o["present"] for o in outs)
+    assert runtime.client.info()["prefills"] == 1  # eight agents, still one prefill
+    # only the test's own Context still holds the context
+    assert list(runtime.store.holders(ctx.context_id)) == [ctx.handle.holder_id]
+    assert set(runtime.store.refcounts(ctx.page_ids)) == {1}
+    ctx.close()
+    assert runtime.store.holders(ctx.context_id) == {}
+    assert set(runtime.store.refcounts(ctx.page_ids)) == {0}
+    # reloading the same document reattaches: no second prefill
+    ctx2, load2 = runtime.load_context(DOC, tenant="t1")
+    assert not load2.prefilled and runtime.client.info()["prefills"] == 1
+    ctx2.close()
+
+
+def test_failed_tasks_are_retried_then_reported(runtime):
+    ctx, _ = runtime.load_context(DOC, tenant="t2")
+    p = Pipeline("bad")
+    p.step("qa", AgentSpec(role="qa", max_new_tokens=4), over=[{"question": "  "}, {"question": "ok?"}], retries=1)
+    result = PipelineRunner(runtime, progress=False).run(p.spec, ctx.context_id, "t2")
+    step = result.steps["qa"]
+    assert step.attempts == 3 and len(step.errors) == 1 and "empty question" in step.errors[0]
+    assert len(step.ok_outputs) == 1
+    ctx.close()
+
+
+def test_review_writes_json_and_html(runtime, tmp_path):
+    report = run_review(runtime, DOC, tenant="t3", out_dir=tmp_path, progress=False,
+                        clause_kinds=("termination", "governing_law"))
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert {c["kind"] for c in data["clauses"]} == {"termination", "governing_law"}
+    assert len(data["summary"]) == -(-data["document"]["num_pages"] // 8)
+    assert data["stats"]["prefills_on_replica"] >= 1 and 0 < data["stats"]["effective_context_utilization"] <= 1
+    html = (tmp_path / "report.html").read_text()
+    assert "<mark id=\"clause-" in html or not any(c.present for c in report.clauses)
+    holders = runtime.store.holders(report.document["context_id"])
+    assert holders == {}  # the review released its reference
