@@ -56,13 +56,19 @@ class ServeConfig(_Strict):
     port: int = Field(8000, ge=1, le=65535)
     api_keys: dict[str, str] = Field(default_factory=dict, description="API key -> tenant; empty = auth off")
     max_request_bytes: int = Field(32 << 20, ge=1024)
+    max_queued_requests: int = Field(64, ge=-1, description="Per caller, beyond max_ongoing; then 503 (-1 = no cap)")
+    retry_after_s: float = Field(1.0, ge=0, description="Retry-After sent with 503 (busy, store outage)")
+    max_new_tokens: int = Field(1024, ge=1, description="Largest max_new_tokens / max_tokens one request may ask")
+    request_timeout_s: float = Field(300.0, gt=0, description="Model call deadline inside the HTTP ingress; then 504")
 
 
 class AgentctxConfig(_Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
-    retrieval: SelectionPolicy = Field(default_factory=SelectionPolicy)
+    # Review default: 8 retrieved pages + 1 sink page + a 256-token recent window. On the
+    # bundled 5.5K-token sample that is about half the context; at 32K about 8%, at 1M 0.3%.
+    retrieval: SelectionPolicy = Field(default_factory=lambda: SelectionPolicy(top_k_pages=8, recent_tokens=256))
     section_pages: int = Field(16, ge=1, description="Pages per section of the coarse index")
     max_concurrent_agents: int = Field(4, ge=1, description="Agents running at once in a pipeline")
 

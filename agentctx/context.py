@@ -125,9 +125,20 @@ class Context:
                               copy_pages=tuple(copy_from) if copy_from else None)
         return self.client.generate(req)
 
-    def score(self, prompt: str, options: list[str], plan: AttendPlan | list[int] | None = None) -> list[float]:
+    def score(self, prompt: str, options: list[str], plan: AttendPlan | list[int] | None = None,
+              per_token: bool = False) -> list[float]:
+        """Log-probability of each option continuing the prompt (per_token: mean per token)."""
         return self.client.score(ScoreRequest(self.context_id, prompt, tuple(options), self._pages(plan),
-                                              tenant=self.tenant))
+                                              tenant=self.tenant, per_token=per_token))
+
+    def rank_texts(self, query: str, texts: list[str]) -> list[float]:
+        """Embedding similarity of texts to a query (the retrieval service's model)."""
+        call = self.retrieval.rank_texts
+        if hasattr(call, "remote"):
+            import ray
+
+            return ray.get(call.remote(query, list(texts)))
+        return call(query, list(texts))
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:

@@ -79,6 +79,15 @@ class RetrievalService:
         idx = self._index(context_id, tenant)
         return plan(query, idx, idx.num_pages, idx.last_page_len, policy)
 
+    def rank_texts(self, query: str, texts: list[str]) -> list[float]:
+        """Cosine similarity of each text to the query (embeddings cached like chunks)."""
+        if not query.strip():
+            raise ValueError("query is empty")
+        if not texts:
+            return []
+        q = self.embedder.embed_query(query)
+        return (self.embedder.embed(list(texts), show_progress=False) @ q).tolist()
+
     def drop(self, context_id: str) -> bool:
         with self._lock:
             return self._indices.pop(context_id, None) is not None

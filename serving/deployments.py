@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 from ray import serve
 
 from agentctx.config import AgentctxConfig
 from serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
-__all__ = ["ModelReplicaDeployment", "replica_app", "deploy_replicas", "REPLICA_APP"]
+__all__ = ["ModelReplicaDeployment", "replica_app", "deploy_replicas", "deployment_options", "REPLICA_APP",
+           "StreamCancelled"]
 
 log = logging.getLogger(__name__)
 REPLICA_APP = "agentctx-model"
@@ -65,20 +67,118 @@ class ModelReplicaDeployment:
     def stream(self, req: GenerateRequest):
         yield from self.replica.stream(req)
 
+    async def stream_events(self, req: GenerateRequest):
+        """Stream ``("delta", text)`` items, then one ``("result", GenerateResult)``.
+
+        Call with ``handle.options(stream=True)``. Generation runs in a worker
+        thread; when the caller goes away (Serve cancels this generator) the
+        thread stops at its next text delta instead of decoding to the end.
+        """
+        await self._touch()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        cancelled = threading.Event()
+        replica = self.replica
+
+        def on_text(delta: str) -> None:
+            if cancelled.is_set():
+                raise StreamCancelled("stream consumer went away")
+            loop.call_soon_threadsafe(queue.put_nowait, ("delta", delta))
+
+        def run() -> None:
+            replica.metrics["requests"] += 1
+            try:
+                res = replica.engine.generate(req, on_text=on_text)
+                res.replica = replica.name
+                replica.metrics["generated_tokens"] += len(res.token_ids)
+                replica.metrics["pages_attended"] += res.pages_attended
+                replica.metrics["ttft_s_sum"] += res.ttft_s
+                item = ("result", res)
+            except BaseException as exc:  # relayed to the consumer
+                if not isinstance(exc, StreamCancelled):
+                    replica.metrics["errors"] += 1
+                item = ("error", exc)
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        worker = threading.Thread(target=run, name="stream-events", daemon=True)
+        worker.start()
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "error":
+                    raise value
+                yield (kind, value)
+                if kind == "result":
+                    return
+        finally:
+            cancelled.set()
+
     async def drop_context(self, context_id: str) -> bool:
         return self.replica.drop_context(context_id)
 
+    async def repair_context(self, context_id: str, tenant: str) -> int:
+        """Re-prefill a context whose pages were evicted from the store; returns pages put back."""
+        await self._touch()
+        return await asyncio.to_thread(repair_context, self.replica, context_id, tenant)
 
-def replica_app(cfg: AgentctxConfig):
+
+def repair_context(replica, context_id: str, tenant: str) -> int:
+    """Put back the evicted pages of a context from its stored document (same tokens, same page ids).
+
+    The store evicts pages nobody holds when it is over budget; the directory
+    entry and the blobs (document text, token ids) stay. Pages are content
+    hashes of their tokens, so prefilling the same text again reproduces the
+    same ids and the greedy outputs over them are unchanged.
+    """
+    from agentctx.retrieval_service import DOC_BLOB, decode_doc_blob
+
+    store = replica.store
+    if store is None:
+        return 0
+    rec = store.get_record(context_id, tenant)
+    have = store.has_pages(rec.page_ids)
+    if all(have):
+        return 0
+    text, _ = decode_doc_blob(store.get_blob(context_id, DOC_BLOB, tenant=tenant))
+    doc = replica.tokenize_document(text)
+    P = replica.engine.page_size
+    token_pages = [doc.token_ids[i : i + P] for i in range(0, len(doc.token_ids), P)]
+    page_ids = store.page_hashes(replica.model_id, tenant, token_pages)
+    if page_ids != list(rec.page_ids):
+        raise RuntimeError(f"context {context_id!r}: re-tokenized pages differ from the stored ones")
+    replica.engine.prefill(context_id, doc, progress=False)
+    _, pages, _ = replica.engine.export(context_id)
+    missing = [i for i, ok in enumerate(have) if not ok]
+    store.put_pages([page_ids[i] for i in missing], [pages[i] for i in missing])
+    log.info("replica %s repaired %s: %d evicted page(s) put back", replica.name, context_id, len(missing))
+    return len(missing)
+
+
+class StreamCancelled(Exception):
+    """Raised inside a streaming generation whose consumer has gone away."""
+
+
+def deployment_options(cfg: AgentctxConfig) -> dict:
+    """Serve options of the model deployment (also what ``deploy/serve.yaml`` mirrors)."""
     s = cfg.serve
     # On a CPU-only box the replica takes no Ray CPU slot: agents and the store
     # actor must still be schedulable on a 2-core machine.
-    actor_opts = {"num_cpus": 0, "num_gpus": s.num_gpus_per_replica}
-    return ModelReplicaDeployment.options(
-        num_replicas=s.num_replicas,
-        max_ongoing_requests=s.max_ongoing_requests,
-        ray_actor_options=actor_opts,
-    ).bind(cfg.model_dump())
+    opts = {
+        "num_replicas": s.num_replicas,
+        "max_ongoing_requests": s.max_ongoing_requests,
+        "ray_actor_options": {"num_cpus": 0, "num_gpus": s.num_gpus_per_replica},
+    }
+    # Beyond max_ongoing_requests per replica, at most max_queued_requests wait at
+    # each caller; more raise BackPressureError (the HTTP ingress answers 503 + Retry-After).
+    queued = getattr(s, "max_queued_requests", -1)
+    if queued is not None and queued >= 0:
+        opts["max_queued_requests"] = queued
+        opts["backpressure_config"] = {"status_code": 503, "retry_after_s": getattr(s, "retry_after_s", 1.0)}
+    return opts
+
+
+def replica_app(cfg: AgentctxConfig):
+    return ModelReplicaDeployment.options(**deployment_options(cfg)).bind(cfg.model_dump())
 
 
 def deploy_replicas(cfg: AgentctxConfig):

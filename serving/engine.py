@@ -265,7 +265,7 @@ class LocalEngine(Engine):
                     logits = runner.extend(kv, tail, ids[:-1], pages, all_logits=True)
                     logp = torch.log_softmax(logits, -1)
                     total += float(logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].sum())
-                scores.append(total)
+                scores.append(total / len(ids) if req.per_token else total)
         return scores
 
     def _generate(self, kv: DocKV, req: GenerateRequest, on_text, t0: float) -> GenerateResult:

@@ -81,3 +81,4 @@ class ScoreRequest:
     options: tuple[str, ...]
     pages: tuple[int, ...] | None = None
     tenant: str = "default"
+    per_token: bool = False  # mean log-prob per option token (length-normalised) instead of the sum

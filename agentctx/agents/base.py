@@ -64,9 +64,9 @@ class ContextLLM:
         s.model_s += time.perf_counter() - t0
         return res.text
 
-    def choose(self, prompt: str, options: list[str]) -> int:
+    def choose(self, prompt: str, options: list[str], per_token: bool = False) -> int:
         t0 = time.perf_counter()
-        scores = self.ctx.score(prompt, options, self.plan)
+        scores = self.ctx.score(prompt, options, self.plan, per_token=per_token)
         self.stats.calls += 1
         self.stats.model_s += time.perf_counter() - t0
         return max(range(len(options)), key=scores.__getitem__)

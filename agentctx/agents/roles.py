@@ -8,6 +8,7 @@ source (agentctx.citations).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from agentctx.agents.base import Agent, register_role
@@ -72,25 +73,61 @@ class Summarizer(Agent):
         )
 
 
+_SENTENCE_END = re.compile(r"(?<=[.;])\s+(?=[A-Z(])|\n+")
+_CLAUSE_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d+)*\.?|\([a-z0-9]+\))\s+")
+
+
+def candidate_sentences(ctx: Context, pages: list[int], min_chars: int = 24) -> list[tuple[int, int]]:
+    """Char spans of the sentences (or lines) of the given pages, clause numbers stripped."""
+    spans = []
+    for p in sorted(set(pages)):
+        start, end = ctx.char_spans[p]
+        chunk = ctx.text[start:end]
+        pos = 0
+        for m in list(_SENTENCE_END.finditer(chunk)) + [None]:
+            stop = m.start() if m else len(chunk)
+            piece = chunk[pos:stop]
+            lead = _CLAUSE_NUMBER.match(piece)
+            s = start + pos + (lead.end() if lead else 0)
+            e = start + stop
+            text = ctx.text[s:e].strip()
+            if len(text) >= min_chars and not text.isupper():
+                s += len(ctx.text[s:e]) - len(ctx.text[s:e].lstrip())
+                spans.append((s, s + len(text)))
+            pos = m.end() if m else len(chunk)
+    return list(dict.fromkeys(spans))
+
+
 @register_role
 class ClauseExtractor(Agent):
+    """Quote the sentence that carries a clause kind.
+
+    Candidates are the sentences of the best-ranked retrieved pages; the embedding
+    model shortlists them and the LLM, attending to the planned pages, picks the
+    one it finds most likely as the answer (length-normalised log-likelihood). The
+    quote is therefore source text, and its citation is verified against the source.
+    """
+
     role = "clause_extractor"
     output_schema = ClauseFinding
+    shortlist = 4
 
     def run(self, ctx: Context, task: dict[str, Any]) -> ClauseFinding:
         kind = CLAUSE_TAXONOMY[task["clause"]]
-        plan = self.plan(ctx, kind.query)
-        llm = self.llm(ctx, plan)
-        body = f'Question: Quote the sentence of the document that {kind.description}.\nAnswer: "'
-        # Quotes are copied verbatim from the retrieved pages (dense: from any page).
-        source = None if plan is None else _quote_source(plan)
-        quote = llm.complete(self.prompt(body), max_new_tokens=self.spec.max_new_tokens, stop=('"', "\n"),
-                             copy_from=source or list(range(ctx.info.num_pages))).strip()
-        citation = cite(ctx, quote, plan)
+        ranking = ctx.plan(kind.query, self.spec.policy)  # candidates come from retrieval in both modes
+        plan = None if self.spec.dense else ranking
         util = plan.utilization if plan is not None else 1.0
-        if citation is None:
-            return ClauseFinding(kind=kind.kind, present=False, quote=quote, utilization=util)
-        return ClauseFinding(kind=kind.kind, present=True, quote=quote, citation=citation, utilization=util)
+        spans = candidate_sentences(ctx, _quote_source(ranking))
+        if not spans:
+            return ClauseFinding(kind=kind.kind, present=False, utilization=util)
+        texts = [ctx.text[s:e] for s, e in spans]
+        sims = ctx.rank_texts(kind.query + " " + kind.description, texts)
+        top = sorted(range(len(texts)), key=lambda i: -sims[i])[: self.shortlist]
+        body = f'Question: Quote the sentence of the document that {kind.description}.\nAnswer: "'
+        pick = top[self.llm(ctx, plan).choose(self.prompt(body), [texts[i] + '"' for i in top], per_token=True)]
+        citation = cite(ctx, texts[pick], plan)
+        return ClauseFinding(kind=kind.kind, present=citation is not None, quote=texts[pick],
+                             citation=citation, utilization=util)
 
 
 @register_role

@@ -1,0 +1,121 @@
+"""Prometheus metrics of the HTTP ingress (``GET /metrics``, text exposition format).
+
+Each ingress replica keeps its own registry; scrape every replica (or run one
+ingress replica, the default) for the full picture. Families:
+
+* ``agentctx_http_requests_total{route,method,status}``, ``agentctx_http_request_seconds{route}``,
+  ``agentctx_http_in_flight`` — traffic by route template (never the raw path: ids would
+  explode the label set) and outcome.
+* ``agentctx_ttft_seconds{route}``, ``agentctx_decode_tokens_per_second{route}``,
+  ``agentctx_generated_tokens_total{route}`` — generation speed as clients see it.
+* ``agentctx_pages_attended{route}``, ``agentctx_context_utilization{route}`` — how much
+  of each context a query actually read.
+* ``agentctx_context_loads_total{result}`` — ``prefilled`` (a miss: one prefill) vs
+  ``reattached`` (a hit: the same document was already loaded) vs ``failed``.
+* ``agentctx_rejections_total{reason}`` — 503s by cause (``busy``, ``store_unavailable``,
+  ``replica_unavailable``) and 504s (``timeout``).
+* ``agentctx_replica_*{replica}`` — the model replicas' own counters (device-cache
+  hits/misses, loads, prefills, cached bytes), refreshed at scrape time from
+  ``info()`` of the replica the scrape reaches.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["HttpMetrics", "CONTENT_TYPE_LATEST"]
+
+_TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_TPS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+_PAGE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
+_UTIL_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 0.9, 1.0)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+_REPLICA_COUNTERS = {"cache_hits": "device-cache hits", "cache_misses": "device-cache misses",
+                     "loads": "contexts loaded from the shared store", "prefills": "prefills run",
+                     "prefill_tokens": "tokens prefilled", "requests": "model requests",
+                     "generated_tokens": "tokens generated", "errors": "failed model requests"}
+_REPLICA_GAUGES = {"cached_contexts": "contexts in the device cache", "cached_bytes": "KV bytes in the device cache"}
+
+
+class _ReplicaCollector:
+    """Exposes the last ``info()`` seen from each model replica."""
+
+    def __init__(self) -> None:
+        self._infos: dict[str, tuple[float, dict]] = {}
+        self._lock = threading.Lock()
+
+    def update(self, info: dict) -> None:
+        name = str(info.get("replica", "unknown"))
+        with self._lock:
+            self._infos[name] = (time.time(), dict(info))
+            # Forget replicas not heard of for 10 minutes (restarted ones get new names).
+            cutoff = time.time() - 600
+            for k in [k for k, (t, _) in self._infos.items() if t < cutoff]:
+                del self._infos[k]
+
+    def collect(self):
+        with self._lock:
+            infos = {k: v for k, (_, v) in self._infos.items()}
+        for key, doc in _REPLICA_COUNTERS.items():
+            fam = CounterMetricFamily(f"agentctx_replica_{key}", f"Model replica: {doc}", labels=["replica"])
+            for name, info in infos.items():
+                if isinstance(info.get(key), (int, float)):
+                    fam.add_metric([name], float(info[key]))
+            yield fam
+        for key, doc in _REPLICA_GAUGES.items():
+            fam = GaugeMetricFamily(f"agentctx_replica_{key}", f"Model replica: {doc}", labels=["replica"])
+            for name, info in infos.items():
+                if isinstance(info.get(key), (int, float)):
+                    fam.add_metric([name], float(info[key]))
+            yield fam
+
+
+class HttpMetrics:
+    """One registry per ingress replica (never the process-global default registry)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("agentctx_http_requests", "HTTP requests by route template, method and status",
+                                ["route", "method", "status"], registry=r)
+        self.latency = Histogram("agentctx_http_request_seconds", "HTTP request latency (to the last byte)",
+                                 ["route"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.in_flight = Gauge("agentctx_http_in_flight", "HTTP requests being served", registry=r)
+        self.ttft = Histogram("agentctx_ttft_seconds", "Time to first token of a generation", ["route"],
+                              buckets=_TTFT_BUCKETS, registry=r)
+        self.tps = Histogram("agentctx_decode_tokens_per_second", "Decode speed of a generation", ["route"],
+                             buckets=_TPS_BUCKETS, registry=r)
+        self.tokens = Counter("agentctx_generated_tokens", "Tokens generated", ["route"], registry=r)
+        self.pages = Histogram("agentctx_pages_attended", "Pages a generation attended to", ["route"],
+                               buckets=_PAGE_BUCKETS, registry=r)
+        self.utilization = Histogram("agentctx_context_utilization", "Attended share of the context",
+                                     ["route"], buckets=_UTIL_BUCKETS, registry=r)
+        self.loads = Counter("agentctx_context_loads", "Context uploads by outcome (reattached = cache hit)",
+                             ["result"], registry=r)
+        self.rejections = Counter("agentctx_rejections", "Requests refused with 503/504 by cause", ["reason"],
+                                  registry=r)
+        self.replicas = _ReplicaCollector()
+        r.register(self.replicas)
+
+    def observe_generation(self, route: str, result) -> None:
+        """Record a serving.types.GenerateResult."""
+        self.ttft.labels(route).observe(max(0.0, float(result.ttft_s)))
+        n = len(result.token_ids)
+        self.tokens.labels(route).inc(n)
+        if n > 1 and result.total_s > result.ttft_s:
+            self.tps.labels(route).observe((n - 1) / (result.total_s - result.ttft_s))
+        self.pages.labels(route).observe(result.pages_attended)
+        if result.context_tokens:
+            self.utilization.labels(route).observe(result.attended_tokens / result.context_tokens)
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
