@@ -1,0 +1,54 @@
+"""End to end on real text: contract generator -> tokenizer -> pages -> MiniLM -> plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.contracts import CLAUSE_TAXONOMY, generate_contract
+from retrieval import DocumentIndex, Embedder, SelectionPolicy, plan
+
+
+@pytest.fixture(scope="module")
+def small_doc(wordpiece_tokenizer):
+    doc = generate_contract(5200, num_needles=3, seed=11, tokenizer=wordpiece_tokenizer)
+    enc = wordpiece_tokenizer(doc.text, return_offsets_mapping=True, add_special_tokens=True)
+    return doc, enc["offset_mapping"]
+
+
+def test_generator_ground_truth(small_doc):
+    doc, _ = small_doc
+    assert len(doc.needles) == 3
+    for n in doc.needles:
+        assert doc.text[n.char_start : n.char_end] == n.fact_text
+        assert n.value in n.fact_text and n.entity in n.question
+    assert doc.clauses and all(c.kind in CLAUSE_TAXONOMY for c in doc.clauses)
+    assert all(doc.text[c.char_start : c.char_end] == c.text for c in doc.clauses)
+    again = generate_contract(5200, num_needles=3, seed=11, tokenizer=None)
+    assert again.text == generate_contract(5200, num_needles=3, seed=11).text  # seeded
+    assert abs(len(again.text) / 4 - 5200) < 600
+
+
+def test_needle_page_is_found(small_doc, embedder):
+    doc, offsets = small_doc
+    d = DocumentIndex(doc.text, offsets, embedder=embedder, page_size=256)
+    assert 17 <= d.num_pages <= 25
+    assert "".join(c.text for c in d.chunks) == doc.text
+    for n in doc.needles:
+        pages = {c.page_index for c in d.chunks if c.char_start < n.char_end and c.char_end > n.char_start}
+        res = d.retrieve(n.question, 3)
+        assert pages & set(res.pages.tolist()), (n.question, pages, res.pages)
+        p = plan(n.question, d, d.num_pages, d.last_page_len, SelectionPolicy(top_k_pages=3, neighbor_pages=1))
+        assert pages <= set(p.pages)
+        assert p.retrieval is not None and p.retrieval.embed_seconds >= 0
+
+
+def test_reload_embeds_nothing_and_boundary_views(small_doc, embed_cache):
+    doc, offsets = small_doc
+    e = Embedder(cache_dir=embed_cache)
+    d = DocumentIndex(doc.text, offsets, embedder=e, boundary_views=True)
+    d2 = DocumentIndex(doc.text, offsets, embedder=Embedder(cache_dir=embed_cache), boundary_views=True)
+    assert d2.stats.texts_encoded == 0
+    views = -(-d.num_tokens // 128)  # two 128-token windows per page, last may be short
+    assert d.stats.num_vectors == views + 2 * (d.num_pages - 1)  # boundary windows count for both pages
+    with pytest.raises(ValueError):
+        d.retrieve("  ", 3)
