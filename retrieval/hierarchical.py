@@ -13,7 +13,7 @@ vectors exactly. That is deliberate: an exact scan of a 1M-token document
 (~12K vectors) takes about a millisecond, and on needle-style questions a
 section centroid barely moves when one sentence in it matters. On the
 128K-token benchmark contract, visiting 16 of 33 sections kept only ~0.75 of
-needles (flat: 0.97); max-of-k-means and "most distinctive vectors" section
+needles (flat: 0.99); max-of-k-means and "most distinctive vectors" section
 representatives did no better. Centroid routing suits topical questions and
 very large collections; the two-level path is kept for those.
 """

@@ -31,6 +31,7 @@ class ModelReplicaDeployment:
         from serving.replica import ModelReplica
 
         cfg = AgentctxConfig.model_validate(config)
+        _set_cpu_threads(cfg)
         store = KVStore.connect_cached(cfg.store.redis_url, cfg.store.namespace)
         self.replica = ModelReplica(cfg, store=store)
 
@@ -152,6 +153,22 @@ def repair_context(replica, context_id: str, tenant: str) -> int:
     store.put_pages([page_ids[i] for i in missing], [pages[i] for i in missing])
     log.info("replica %s repaired %s: %d evicted page(s) put back", replica.name, context_id, len(missing))
     return len(missing)
+
+
+def _set_cpu_threads(cfg: AgentctxConfig) -> None:
+    """Ray sets OMP_NUM_THREADS=1 in an actor with num_cpus=0, which leaves a CPU replica on one
+    core. Give a CPU replica the node's cores (shared by the replicas of the node), or
+    AGENTCTX_REPLICA_THREADS."""
+    import os
+
+    import torch
+
+    from agentctx import settings
+
+    if cfg.serve.num_gpus_per_replica > 0 or (cfg.model.device or "cpu").startswith("cuda"):
+        return
+    default = max(1, (os.cpu_count() or 1) // max(1, min(cfg.serve.num_replicas, os.cpu_count() or 1)))
+    torch.set_num_threads(max(1, settings.env_int("REPLICA_THREADS", default)))
 
 
 class StreamCancelled(Exception):

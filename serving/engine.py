@@ -304,8 +304,10 @@ class LocalEngine(Engine):
                     text, finish = text[:cut], "stop"
                     break
                 if on_text is not None and len(text) > emitted:
-                    # Hold back a possible partial stop string at the end.
-                    safe = len(text) - max((len(s) for s in req.stop), default=0)
+                    # Hold back a possible partial stop string at the end, and a trailing
+                    # U+FFFD: an incomplete multi-byte character that the next token completes.
+                    safe = min(len(text) - max((len(s) for s in req.stop), default=0),
+                               len(text.rstrip("\ufffd")))
                     if safe > emitted:
                         on_text(text[emitted:safe])
                         emitted = safe

@@ -73,6 +73,7 @@ from ray import serve
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import get_route_path
 
 from agentctx import settings
 from agentctx.config import AgentctxConfig, load_config
@@ -800,7 +801,7 @@ class _Guard:
         try:
             headers = Headers(scope=scope)
             tenant = DEFAULT_TENANT
-            if scope.get("path") not in OPEN_PATHS:
+            if get_route_path(scope) not in OPEN_PATHS:
                 tenant = svc.auth.tenant_for(headers.get("authorization"), headers.get("x-api-key"))
                 if tenant is None:
                     err = APIError(401, "missing or invalid API key (send Authorization: Bearer KEY)",
@@ -986,10 +987,9 @@ def create_app(svc: ApiService) -> FastAPI:
 
                 if not isinstance(_unwrap(exc), ContextNotFoundError):
                     raise
-            job = await _await(svc.jobs.submit.remote(
+            await _await(svc.jobs.submit.remote(
                 {"id": f"load-{uuid.uuid4().hex}", "kind": "load", "tenant": tenant, "context_id": cid},
                 {"text": text}))
-            del job
             return JSONResponse(context_body(cid, status="loading"), status_code=202,
                                 headers={"Location": f"/v1/contexts/{cid}"})
         try:
@@ -1095,8 +1095,6 @@ def create_app(svc: ApiService) -> FastAPI:
     # ------------------------------------------------------------------ pipelines
     @app.post("/v1/pipelines/{name}/runs")
     async def start_run(name: str, request: Request):
-        from agentctx.kv_store.errors import ContextNotFoundError
-
         tenant = tenant_of(request)
         if not PIPELINE_NAME_RE.match(name):
             raise APIError(404, f"pipeline {name[:64]!r} not found", type="not_found", code="pipeline_not_found",
@@ -1105,10 +1103,7 @@ def create_app(svc: ApiService) -> FastAPI:
         _check_id(body.context_id, CONTEXT_ID_RE, "context_id")
         spec, is_review = resolve_pipeline(name, body, cfg)
         rt = await svc.call(svc.runtime)
-        try:
-            await svc.call(rt.store.get_record, body.context_id, tenant)
-        except ContextNotFoundError:
-            raise
+        await svc.call(rt.store.get_record, body.context_id, tenant)  # 404 unless the tenant's own
         run_id = f"run-{uuid.uuid4().hex}"
         job = await _await(svc.jobs.submit.remote(
             {"id": run_id, "kind": "pipeline", "tenant": tenant, "pipeline": name, "context_id": body.context_id},
@@ -1309,6 +1304,7 @@ def app_builder(args: dict) -> Any:
     """``serve run serving.http_app:app_builder config=deploy/agentctx.yaml`` (or the ``args`` of a Serve
     config): one application holding the model deployment and the HTTP ingress."""
     cfg = _config_from_args(args)
+    ApiKeyAuth(cfg.serve.api_keys)  # fail the deploy now if an "env:" key is missing
     return ingress_app(cfg, replica_app(cfg))
 
 
@@ -1321,6 +1317,7 @@ def start_http(cfg: AgentctxConfig, *, num_cpus: int | None = None):
 
     from agentctx.runtime import Runtime
 
+    ApiKeyAuth(cfg.serve.api_keys)  # a missing "env:" key fails here, not in a replica restart loop
     owns_ray = False
     if not ray.is_initialized():
         address = settings.ray_address()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 
+import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -80,6 +81,8 @@ class HttpMetrics:
     """One registry per ingress replica (never the process-global default registry)."""
 
     def __init__(self) -> None:
+        # No "_created" twin series (process-wide switch; the ingress process exports only these).
+        prometheus_client.disable_created_metrics()
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("agentctx_http_requests", "HTTP requests by route template, method and status",
                                 ["route", "method", "status"], registry=r)

@@ -104,19 +104,27 @@ class ModelReplica:
         result = self.engine.prefill(context_id, doc, progress=progress)
         num_tokens, pages, window = self.engine.export(context_id)
         self.store.put_pages(page_ids, pages)
-        self.store.create_context(
-            ContextRecord(
-                context_id=context_id,
-                tenant=tenant,
-                model_id=self.model_id,
-                dtype=str(self.engine.runner.dtype).replace("torch.", ""),
-                page_ids=page_ids,
-                token_spans=[(i, min(i + P, num_tokens)) for i in range(0, num_tokens, P)],
-                char_spans=page_char_spans(doc.offsets, P),
-                num_tokens=num_tokens,
-                extra=dict(extra or {}, page_size=P, prefix_tokens=doc.prefix_tokens),
-            )
+        record = ContextRecord(
+            context_id=context_id,
+            tenant=tenant,
+            model_id=self.model_id,
+            dtype=str(self.engine.runner.dtype).replace("torch.", ""),
+            page_ids=page_ids,
+            token_spans=[(i, min(i + P, num_tokens)) for i in range(0, num_tokens, P)],
+            char_spans=page_char_spans(doc.offsets, P),
+            num_tokens=num_tokens,
+            extra=dict(extra or {}, page_size=P, prefix_tokens=doc.prefix_tokens),
         )
+        from agentctx.kv_store import PagesMissingError
+
+        try:
+            self.store.create_context(record)
+        except PagesMissingError as exc:
+            # put_pages skips pages already stored (a shared prefix); under budget pressure such a
+            # page can be evicted before create_context references it: put those again, once.
+            where = {p: i for i, p in enumerate(page_ids)}
+            self.store.put_pages(exc.page_ids, [pages[where[p]] for p in exc.page_ids])
+            self.store.create_context(record)
         # blobs attach to a live context
         self.store.put_blob(context_id, TOKENS_BLOB, torch.tensor(doc.token_ids, dtype=torch.int64), tenant=tenant)
         if window is not None:
