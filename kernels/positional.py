@@ -84,8 +84,8 @@ def masked_attention_lse(
         mask = kp.unsqueeze(0) <= q_pos.unsqueeze(1)
         if window is not None:
             mask &= kp.unsqueeze(0) > (q_pos.unsqueeze(1) - window)
-        if not bool(mask.any()):
-            continue
+        # No "mask.any()" skip: it would sync the host every layer on CUDA; a fully
+        # masked block yields lse = -inf and merges as a no-op.
         o, l = _block_attention(q32, k[start:end], v[start:end], scale, softcap, mask)
         out, lse = _merge_into(out, lse, o, l)
     return out.to(q.dtype), lse
