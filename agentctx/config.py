@@ -7,6 +7,7 @@ field names. Environment settings (``agentctx.settings``) provide the defaults.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -29,6 +30,11 @@ class ModelConfig(_Strict):
     device: str | None = Field(None, description="cpu / cuda / cuda:N; None = cuda when available")
     dtype: str | None = Field(None, description="float32 / bfloat16 / float16; None = bf16 on GPU, fp32 on CPU")
     device_cache_bytes: int = Field(8 << 30, ge=0, description="KV bytes a replica keeps on its device")
+    engine: Literal["local", "vllm"] = Field(
+        "local", description="local = our paged runner (block-selected attention); vllm = vLLM in prompt-level "
+                             "mode (selected pages become prompt text, reuse via vLLM prefix caching)")
+    vllm_kv_cache_gib: float = Field(4.0, gt=0, description="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE)")
+    vllm_max_model_len: int | None = Field(None, ge=256, description="vLLM max_model_len; None = the model's")
 
     @model_validator(mode="after")
     def _chunk_multiple(self) -> "ModelConfig":

@@ -144,7 +144,7 @@ def repair_context(replica, context_id: str, tenant: str) -> int:
     doc = replica.tokenize_document(text)
     P = replica.engine.page_size
     token_pages = [doc.token_ids[i : i + P] for i in range(0, len(doc.token_ids), P)]
-    page_ids = store.page_hashes(replica.model_id, tenant, token_pages)
+    page_ids = store.page_hashes(replica.engine.page_namespace, tenant, token_pages)
     if page_ids != list(rec.page_ids):
         raise RuntimeError(f"context {context_id!r}: re-tokenized pages differ from the stored ones")
     replica.engine.prefill(context_id, doc, progress=False)

@@ -21,7 +21,8 @@ from serving.model_loader import LoadedModel, load_model
 from serving.copy_constraint import CopyConstraint
 from serving.model_runner import ModelRunner
 from serving.paged_kv import DocKV, QueryTail
-from serving.types import DOC_PREFIX, GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
+from serving.tokenize import tokenize_document
+from serving.types import EmptyInputError, GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["Engine", "LocalEngine", "ContextNotLoadedError", "PageLoader"]
 
@@ -38,8 +39,21 @@ class ContextNotLoadedError(KeyError):
 class Engine(ABC):
     """Interface every engine backend implements (our runner, vLLM prompt-level mode)."""
 
+    kind: str = "engine"
     model_id: str
     page_size: int
+    page_loader: PageLoader | None = None
+    stats: dict
+
+    @property
+    def page_namespace(self) -> str:
+        """What store pages of this engine are hashed under (differs when pages hold other data)."""
+        return self.model_id
+
+    @property
+    def needs_window(self) -> bool:
+        """Whether contexts carry a sliding-window KV blob besides their pages."""
+        return False
 
     @abstractmethod
     def tokenize_document(self, text: str) -> TokenizedDoc: ...
@@ -52,6 +66,23 @@ class Engine(ABC):
 
     @abstractmethod
     def score(self, req: ScoreRequest) -> list[float]: ...
+
+    @abstractmethod
+    def export(self, context_id: str) -> tuple[int, list[torch.Tensor], torch.Tensor | None]:
+        """(num_tokens, page tensors on CPU, window tensor or None) to publish to the shared store."""
+
+    @abstractmethod
+    def holds(self, context_id: str) -> bool: ...
+
+    @abstractmethod
+    def drop(self, context_id: str) -> bool: ...
+
+    @abstractmethod
+    def cached_bytes(self) -> int: ...
+
+    @abstractmethod
+    def describe(self) -> dict:
+        """Device, dtype, KV bytes per token, cached contexts: what /v1/models and info() report."""
 
     def stream(self, req: GenerateRequest) -> Iterator[str]:
         """Yield text deltas; default runs generate in a thread and relays its callback."""
@@ -76,6 +107,8 @@ class Engine(ABC):
 
 class LocalEngine(Engine):
     """Our paged-KV runner with a byte-budgeted LRU cache of DocKVs on its device."""
+
+    kind = "local"
 
     def __init__(
         self,
@@ -118,16 +151,7 @@ class LocalEngine(Engine):
 
     # ------------------------------------------------------------------ documents
     def tokenize_document(self, text: str) -> TokenizedDoc:
-        if not text or not text.strip():
-            from serving.model_runner import EmptyInputError
-
-            raise EmptyInputError("document is empty")
-        full = DOC_PREFIX + text
-        enc = self.tokenizer(full, return_offsets_mapping=True, add_special_tokens=True)
-        shift = len(DOC_PREFIX)
-        offsets = [(max(0, s - shift), max(0, e - shift)) for s, e in enc["offset_mapping"]]
-        n_prefix = len(self.tokenizer(DOC_PREFIX, add_special_tokens=True)["input_ids"])
-        return TokenizedDoc(text=text, token_ids=list(enc["input_ids"]), offsets=offsets, prefix_tokens=n_prefix)
+        return tokenize_document(self.tokenizer, text)
 
     def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True) -> PrefillResult:
         t0 = time.perf_counter()
@@ -146,6 +170,16 @@ class LocalEngine(Engine):
         pages = [kv.page_tensor(i).cpu() for i in range(kv.num_pages)]
         window = kv.window_tensor()
         return kv.num_tokens, pages, None if window is None else window.cpu()
+
+    @property
+    def needs_window(self) -> bool:
+        return bool(self.runner.layout.sliding_layers)
+
+    def describe(self) -> dict:
+        r = self.runner
+        return {"engine": self.kind, "device": str(r.device), "dtype": str(r.dtype).replace("torch.", ""),
+                "kv_bytes_per_token": r.layout.kv_bytes_per_token(r.dtype), "cached_contexts": len(self._docs),
+                "cached_bytes": self.cached_bytes()}
 
     def holds(self, context_id: str) -> bool:
         with self._lock:
@@ -196,8 +230,6 @@ class LocalEngine(Engine):
     # ------------------------------------------------------------------ generation
     def generate(self, req: GenerateRequest, on_text: Callable[[str], None] | None = None) -> GenerateResult:
         if not req.prompt or not req.prompt.strip():
-            from serving.model_runner import EmptyInputError
-
             raise EmptyInputError("prompt is empty")
         if req.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {req.max_new_tokens}")
@@ -243,8 +275,6 @@ class LocalEngine(Engine):
         if not req.options:
             raise ValueError("score needs at least one option")
         if not req.prompt:
-            from serving.model_runner import EmptyInputError
-
             raise EmptyInputError("prompt is empty")
         kv = self._get(req.context_id, req.tenant)
         runner = self.runner

@@ -174,7 +174,7 @@ def map_exception(exc: BaseException, retry_after_s: float = 1.0) -> APIError:
         StoreError,
         StoreUnavailableError,
     )
-    from serving.model_runner import ContextTooLongError, EmptyInputError
+    from serving.types import ContextTooLongError, EmptyInputError
 
     exc = _unwrap(exc)
     retry = _retry_headers(retry_after_s)

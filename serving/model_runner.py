@@ -32,20 +32,13 @@ from transformers.masking_utils import AttentionMaskInterface
 from kernels import attend_selected, merge_attention
 from kernels.positional import full_attention_lse, masked_attention_lse
 from serving.model_loader import LoadedModel
+from serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
 from serving.paged_kv import DocKV, LayerLayout, QueryTail
 
 __all__ = ["ModelRunner", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL"]
 
 log = logging.getLogger(__name__)
 ATTN_IMPL = "agentctx_paged"
-
-
-class ContextTooLongError(ValueError):
-    """The document exceeds the configured maximum context length."""
-
-
-class EmptyInputError(ValueError):
-    """An empty document or query."""
 
 
 @dataclass

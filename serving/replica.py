@@ -20,9 +20,9 @@ import uuid
 
 import torch
 
-from agentctx.config import AgentctxConfig
+from agentctx.config import AgentctxConfig, ModelConfig
 from retrieval.chunking import page_char_spans
-from serving.engine import LocalEngine
+from serving.engine import Engine, LocalEngine
 from serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ModelReplica", "WINDOW_BLOB", "TOKENS_BLOB"]
@@ -33,26 +33,35 @@ TOKENS_BLOB = "token_ids"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def build_engine(m: ModelConfig) -> Engine:
+    """The engine a replica runs, from the model section of the config."""
+    if m.engine == "vllm":
+        from serving.vllm_engine import VLLMEngine
+
+        return VLLMEngine(m.path, page_size=m.page_size, max_context_tokens=m.max_context_tokens, dtype=m.dtype,
+                          kv_cache_gib=m.vllm_kv_cache_gib, max_model_len=m.vllm_max_model_len)
+    return LocalEngine(
+        m.path,
+        page_size=m.page_size,
+        prefill_chunk_tokens=m.prefill_chunk_tokens,
+        max_context_tokens=m.max_context_tokens,
+        device=m.device,
+        dtype=_DTYPES.get(m.dtype) if m.dtype else None,
+        device_cache_bytes=m.device_cache_bytes,
+    )
+
+
 class ModelReplica:
     """Engine + store. ``store`` may be None for a store-less, single-process replica."""
 
-    def __init__(self, config: AgentctxConfig | dict | None = None, store=None, engine: LocalEngine | None = None):
+    def __init__(self, config: AgentctxConfig | dict | None = None, store=None, engine: Engine | None = None):
         cfg = config if isinstance(config, AgentctxConfig) else AgentctxConfig.model_validate(config or {})
         self.config = cfg
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.store = store
-        m = cfg.model
-        self.engine = engine or LocalEngine(
-            m.path,
-            page_size=m.page_size,
-            prefill_chunk_tokens=m.prefill_chunk_tokens,
-            max_context_tokens=m.max_context_tokens,
-            device=m.device,
-            dtype=_DTYPES.get(m.dtype) if m.dtype else None,
-            device_cache_bytes=m.device_cache_bytes,
-        )
-        if self.engine.page_size != m.page_size:
-            raise ValueError(f"engine page size {self.engine.page_size} != configured {m.page_size}")
+        self.engine = engine or build_engine(cfg.model)
+        if self.engine.page_size != cfg.model.page_size:
+            raise ValueError(f"engine page size {self.engine.page_size} != configured {cfg.model.page_size}")
         self.engine.page_loader = self._load_pages if store is not None else None
         self.metrics = {"requests": 0, "generated_tokens": 0, "pages_attended": 0, "ttft_s_sum": 0.0, "errors": 0}
 
@@ -66,11 +75,7 @@ class ModelReplica:
             "replica": self.name,
             "model_id": self.model_id,
             "page_size": self.engine.page_size,
-            "device": str(self.engine.runner.device),
-            "dtype": str(self.engine.runner.dtype).replace("torch.", ""),
-            "kv_bytes_per_token": self.engine.runner.layout.kv_bytes_per_token(self.engine.runner.dtype),
-            "cached_contexts": len(self.engine._docs),
-            "cached_bytes": self.engine.cached_bytes(),
+            **self.engine.describe(),
             **self.engine.stats,
             **self.metrics,
         }
@@ -99,7 +104,7 @@ class ModelReplica:
         P = self.engine.page_size
         ids = doc.token_ids
         token_pages = [ids[i : i + P] for i in range(0, len(ids), P)]
-        page_ids = self.store.page_hashes(self.model_id, tenant, token_pages)
+        page_ids = self.store.page_hashes(self.engine.page_namespace, tenant, token_pages)
         reused = sum(self.store.has_pages(page_ids))
         result = self.engine.prefill(context_id, doc, progress=progress)
         num_tokens, pages, window = self.engine.export(context_id)
@@ -108,7 +113,7 @@ class ModelReplica:
             context_id=context_id,
             tenant=tenant,
             model_id=self.model_id,
-            dtype=str(self.engine.runner.dtype).replace("torch.", ""),
+            dtype=self.engine.describe()["dtype"],
             page_ids=page_ids,
             token_spans=[(i, min(i + P, num_tokens)) for i in range(0, num_tokens, P)],
             char_spans=page_char_spans(doc.offsets, P),
@@ -140,7 +145,7 @@ class ModelReplica:
             rec = handle.record
             pages = handle.get_pages(rec.page_ids)
             window = None
-            if self.engine.runner.layout.sliding_layers:
+            if self.engine.needs_window:
                 window = self.store.get_blob(context_id, WINDOW_BLOB, tenant=tenant)
             token_ids = self.store.get_blob(context_id, TOKENS_BLOB, tenant=tenant).tolist()
         log.info("replica %s loaded %s (%d pages) in %.3f s", self.name, context_id, len(pages),

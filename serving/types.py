@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["TokenizedDoc", "PrefillResult", "GenerateRequest", "GenerateResult", "ScoreRequest", "DOC_PREFIX"]
+__all__ = [
+    "ContextTooLongError", "EmptyInputError", "TokenizedDoc", "PrefillResult", "GenerateRequest", "GenerateResult",
+    "ScoreRequest", "DOC_PREFIX",
+]
 
 # Every document is prefilled behind the same short preamble so that all agents
 # share one prefix; each query then continues after the document.
 DOC_PREFIX = "Document:\n"
+
+
+class EmptyInputError(ValueError):
+    """An empty document or query."""
+
+
+class ContextTooLongError(ValueError):
+    """The document exceeds the configured maximum context length."""
 
 
 @dataclass(frozen=True)
