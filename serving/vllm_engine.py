@@ -151,16 +151,20 @@ class VLLMEngine(Engine):
                 f"document has {n} tokens; the vLLM engine's limit is {self.max_context_tokens} "
                 f"(the model's max_model_len {self.max_model_len} bounds it)")
 
-    def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True) -> PrefillResult:
-        """Compute the document's KV once into vLLM's prefix cache (a 1-token request over it)."""
+    def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True, warm: bool = True
+                ) -> PrefillResult:
+        """Compute the document's KV once into vLLM's prefix cache (a 1-token request over it).
+
+        warm=False only registers the tokens: the first query then pays the prefill (cold TTFT)."""
         self._check_length(len(doc.token_ids))
         t0 = time.perf_counter()
-        from vllm import SamplingParams
+        if warm:
+            from vllm import SamplingParams
 
-        self._run(list(doc.token_ids), SamplingParams(max_tokens=1, temperature=0.0), None)
+            self._run(list(doc.token_ids), SamplingParams(max_tokens=1, temperature=0.0), None)
+            self.stats["prefills"] += 1
+            self.stats["prefill_tokens"] += len(doc.token_ids)
         dt = time.perf_counter() - t0
-        self.stats["prefills"] += 1
-        self.stats["prefill_tokens"] += len(doc.token_ids)
         self._insert(context_id, list(doc.token_ids))
         n = len(doc.token_ids)
         return PrefillResult(context_id, n, -(-n // self.page_size), self.page_size, n * self._kv_bytes_per_token, dt)
