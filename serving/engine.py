@@ -84,6 +84,14 @@ class Engine(ABC):
     def describe(self) -> dict:
         """Device, dtype, KV bytes per token, cached contexts: what /v1/models and info() report."""
 
+    @staticmethod
+    def check_request(req: GenerateRequest) -> None:
+        """What every engine refuses before touching a context."""
+        if not req.prompt or not req.prompt.strip():
+            raise EmptyInputError("prompt is empty")
+        if req.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {req.max_new_tokens}")
+
     def stream(self, req: GenerateRequest) -> Iterator[str]:
         """Yield text deltas; default runs generate in a thread and relays its callback."""
         import queue
@@ -229,10 +237,7 @@ class LocalEngine(Engine):
 
     # ------------------------------------------------------------------ generation
     def generate(self, req: GenerateRequest, on_text: Callable[[str], None] | None = None) -> GenerateResult:
-        if not req.prompt or not req.prompt.strip():
-            raise EmptyInputError("prompt is empty")
-        if req.max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {req.max_new_tokens}")
+        self.check_request(req)
         t0 = time.perf_counter()
         kv = self._get(req.context_id, req.tenant)
         with self._lock:

@@ -32,6 +32,7 @@ from transformers.masking_utils import AttentionMaskInterface
 from kernels import attend_selected, merge_attention
 from kernels.positional import full_attention_lse, masked_attention_lse
 from serving.model_loader import LoadedModel
+from serving.tokenize import stop_token_ids
 from serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
 from serving.paged_kv import DocKV, LayerLayout, QueryTail
 
@@ -305,16 +306,8 @@ class ModelRunner:
         return out
 
     def stop_token_ids(self) -> set[int]:
-        ids = set()
         eos = getattr(self.model.generation_config, "eos_token_id", None) or self.config.eos_token_id
-        for e in eos if isinstance(eos, (list, tuple)) else [eos]:
-            if e is not None:
-                ids.add(int(e))
-        for name in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>"):
-            tid = self.tokenizer.convert_tokens_to_ids(name) if hasattr(self.tokenizer, "convert_tokens_to_ids") else None
-            if isinstance(tid, int) and tid >= 0 and tid != getattr(self.tokenizer, "unk_token_id", None):
-                ids.add(tid)
-        return ids
+        return stop_token_ids(self.tokenizer, eos)
 
     # ------------------------------------------------------------------ reference
     @torch.inference_mode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from serving.types import DOC_PREFIX, EmptyInputError, TokenizedDoc
 
-__all__ = ["tokenize_document", "EmptyInputError"]
+__all__ = ["tokenize_document", "stop_token_ids"]
 
 
 def tokenize_document(tokenizer, text: str) -> TokenizedDoc:
@@ -17,3 +17,20 @@ def tokenize_document(tokenizer, text: str) -> TokenizedDoc:
     offsets = [(max(0, s - shift), max(0, e - shift)) for s, e in enc["offset_mapping"]]
     n_prefix = len(tokenizer(DOC_PREFIX, add_special_tokens=True)["input_ids"])
     return TokenizedDoc(text=text, token_ids=list(enc["input_ids"]), offsets=offsets, prefix_tokens=n_prefix)
+
+
+# Chat/turn end markers of the supported families: a base model may emit them too.
+_END_TOKENS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>")
+
+
+def stop_token_ids(tokenizer, eos) -> set[int]:
+    """Token ids that end generation: the model's EOS id(s) plus the family's turn-end tokens."""
+    ids: set[int] = set()
+    for e in eos if isinstance(eos, (list, tuple)) else [eos]:
+        if e is not None:
+            ids.add(int(e))
+    for name in _END_TOKENS:
+        tid = tokenizer.convert_tokens_to_ids(name) if hasattr(tokenizer, "convert_tokens_to_ids") else None
+        if isinstance(tid, int) and tid >= 0 and tid != getattr(tokenizer, "unk_token_id", None):
+            ids.add(tid)
+    return ids

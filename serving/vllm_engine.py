@@ -32,7 +32,7 @@ import torch
 from serving.engine import ContextNotLoadedError, Engine, PageLoader
 from serving.model_loader import DEFAULT_MODEL, ModelLoadError, resolve_model_dir
 from serving.prompt_mode import PromptPlan, assemble_prompt, copy_choices, page_marker_text, page_runs
-from serving.tokenize import tokenize_document
+from serving.tokenize import stop_token_ids, tokenize_document
 from serving.types import (
     ContextTooLongError,
     EmptyInputError,
@@ -123,7 +123,7 @@ class VLLMEngine(Engine):
         self._kv_bytes_per_token = _kv_bytes_per_token(cfg, self.dtype)
         self._docs: OrderedDict[str, list[int]] = OrderedDict()
         self._lock = threading.RLock()
-        self._stop_ids = _stop_token_ids(self.tokenizer, cfg)
+        self._stop_ids = stop_token_ids(self.tokenizer, cfg.get("eos_token_id", self.tokenizer.eos_token_id))
         self.stats = {"prefills": 0, "prefill_tokens": 0, "cache_hits": 0, "cache_misses": 0, "loads": 0,
                       "cached_prompt_tokens": 0, "prompt_tokens": 0, "score_recomputes": 0}
         self._driver = _Driver(self.llm.llm_engine)
@@ -256,10 +256,7 @@ class VLLMEngine(Engine):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
-        if not req.prompt or not req.prompt.strip():
-            raise EmptyInputError("prompt is empty")
-        if req.max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {req.max_new_tokens}")
+        self.check_request(req)
         t0 = time.perf_counter()
         doc = self._doc(req.context_id, req.tenant)
         plan = self._plan(doc, req.pages, req.prompt)
@@ -453,16 +450,3 @@ def _kv_bytes_per_token(cfg: dict, dtype: str) -> int:
     kv_heads = int(text.get("num_key_value_heads") or text["num_attention_heads"])
     head_dim = int(text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"])
     return 2 * layers * kv_heads * head_dim * (4 if dtype == "float32" else 2)
-
-
-def _stop_token_ids(tokenizer, cfg: dict) -> set[int]:
-    ids: set[int] = set()
-    eos = cfg.get("eos_token_id", tokenizer.eos_token_id)
-    for e in eos if isinstance(eos, list) else [eos]:
-        if e is not None:
-            ids.add(int(e))
-    for name in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>"):
-        tid = tokenizer.convert_tokens_to_ids(name)
-        if isinstance(tid, int) and tid >= 0 and tid != tokenizer.unk_token_id:
-            ids.add(tid)
-    return ids
