@@ -41,6 +41,14 @@ def _grid(small: bool) -> dict[str, dict]:
     # > 64 splits: the merge kernel walks the split axis in several BLOCK_S steps.
     cases["splits67-merge-loop"] = dict(dtype="fp32", Hq=4, Hkv=1, D=64, Tq=1, B=2, P=16, pages=[66, 2],
                                         seed=118, num_splits=1000)
+    # Narrow merge slices (16 of the head dim per program), as the GPU picks for decode with few heads;
+    # the interpreter reports 4 SMs, so these cases pretend a large GPU.
+    cases["merge-narrow-d256-splits5"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=1, B=2, P=32, pages=[5, 3],
+                                              seed=120, num_splits=5, narrow_merge=True)
+    cases["merge-narrow-d80-splits3"] = dict(dtype="fp32", Hq=4, Hkv=2, D=80, Tq=3, B=2, P=16, pages=[2, 3],
+                                             seed=121, num_splits=3, narrow_merge=True)
+    cases["merge-narrow-loop67"] = dict(dtype="fp32", Hq=4, Hkv=1, D=64, Tq=1, B=2, P=16, pages=[66, 2],
+                                        seed=122, num_splits=1000, narrow_merge=True)
     cases["page48-nonpow2"] = dict(dtype="fp32", Hq=4, Hkv=1, D=64, Tq=1, B=2, P=48, pages=[3, 2], seed=111)
     cases["page256-multichunk"] = dict(dtype="fp16", Hq=8, Hkv=2, D=64, Tq=1, B=1, P=256, pages=[3], seed=112)
     cases["head-dim-80"] = dict(dtype="fp32", Hq=4, Hkv=2, D=80, Tq=3, B=2, P=16, pages=[2, 3], seed=113)
@@ -75,6 +83,7 @@ def run_case(spec: dict, device: str = "cpu") -> None:
     dtype = _DT[spec.pop("dtype")]
     num_splits = spec.pop("num_splits", None)
     zero_lens = spec.pop("zero_lens", False)
+    narrow_merge = spec.pop("narrow_merge", False)
     case = make_case(dtype=dtype, device="cpu", **spec)
     if zero_lens:  # every selected page of row 0 holds no valid token
         case.slot_lens[torch.tensor(case.rows[0])] = 0
@@ -84,11 +93,22 @@ def run_case(spec: dict, device: str = "cpu") -> None:
     ref_out, ref_lse = dense_expected(case)
     dev = torch.device(device)
     args = [t.to(dev) for t in case.args()[:-1]] + [case.scale]
-    if num_splits is None:
-        out, lse = attend_selected(*args, softcap=case.softcap, impl="triton")
-    else:
-        q, k = args[0], args[1]
-        cfg = choose_config(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], k.shape[1],
-                            args[3].shape[1], dev, num_splits=num_splits)
-        out, lse = triton_attend_selected(*args, softcap=case.softcap, config=cfg)
+    import kernels.triton_attend as ta
+
+    sm_count = ta._sm_count
+    if narrow_merge:
+        from kernels.triton_attend import _merge_block_d
+
+        ta._sm_count = lambda device: 4096
+        assert _merge_block_d(spec["B"] * spec["Tq"] * spec["Hq"], 256, 4096) == 16
+    try:
+        if num_splits is None:
+            out, lse = attend_selected(*args, softcap=case.softcap, impl="triton")
+        else:
+            q, k = args[0], args[1]
+            cfg = choose_config(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], k.shape[1],
+                                args[3].shape[1], dev, num_splits=num_splits)
+            out, lse = triton_attend_selected(*args, softcap=case.softcap, config=cfg)
+    finally:
+        ta._sm_count = sm_count
     assert_close_attention(out.cpu(), lse.cpu(), ref_out, ref_lse, dtype)
