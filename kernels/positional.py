@@ -43,7 +43,10 @@ def _block_attention(q32, k, v, scale, softcap, mask):
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)  # (Hkv, group, Tq)
-    safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    # Shift for exp: lse itself, or any finite number where a row sees nothing (its scores are
+    # all -inf, so exp gives 0 either way). One op instead of isinf/zeros_like/where: decode
+    # runs this per layer per token, and on CUDA every op is a launch.
+    safe = lse.clamp_min(torch.finfo(lse.dtype).min)
     probs = torch.exp(scores - safe.unsqueeze(-1))
     out = torch.matmul(probs, v32.permute(1, 0, 2).unsqueeze(1))  # (Hkv, group, Tq, D)
     out = out.permute(2, 0, 1, 3).reshape(tq, hq, d)
@@ -76,17 +79,25 @@ def masked_attention_lse(
             return res
     tq, hq, d = q.shape
     q32 = q.float()
-    out = torch.zeros(tq, hq, d, dtype=torch.float32, device=q.device)
-    lse = torch.full((tq, hq), float("-inf"), dtype=torch.float32, device=q.device)
-    for start in range(0, k.shape[0], _KEY_BLOCK):
-        end = min(start + _KEY_BLOCK, k.shape[0])
+
+    def block(start: int, end: int):
         kp = k_pos[start:end]
         mask = kp.unsqueeze(0) <= q_pos.unsqueeze(1)
         if window is not None:
             mask &= kp.unsqueeze(0) > (q_pos.unsqueeze(1) - window)
         # No "mask.any()" skip: it would sync the host every layer on CUDA; a fully
         # masked block yields lse = -inf and merges as a no-op.
-        o, l = _block_attention(q32, k[start:end], v[start:end], scale, softcap, mask)
+        return _block_attention(q32, k[start:end], v[start:end], scale, softcap, mask)
+
+    if k.shape[0] <= _KEY_BLOCK:
+        # One block (every decode step's window or tail): its result is the answer; merging
+        # it into an empty accumulator would return it unchanged after ~12 more ops.
+        out, lse = block(0, k.shape[0])
+        return out.to(q.dtype), lse
+    out = torch.zeros(tq, hq, d, dtype=torch.float32, device=q.device)
+    lse = torch.full((tq, hq), float("-inf"), dtype=torch.float32, device=q.device)
+    for start in range(0, k.shape[0], _KEY_BLOCK):
+        o, l = block(start, min(start + _KEY_BLOCK, k.shape[0]))
         out, lse = _merge_into(out, lse, o, l)
     return out.to(q.dtype), lse
 

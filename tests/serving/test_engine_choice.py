@@ -1,10 +1,13 @@
 """The replica's engine comes from config; the vLLM choice fails clearly where vLLM is absent."""
 
 import pytest
-from pydantic import ValidationError
 
-from agentctx.config import AgentctxConfig, ModelConfig
-from serving.vllm_engine import VLLMUnavailableError, vllm_available
+pytest.importorskip("pydantic", reason="config tests need the CPU install (the GPU image has no pydantic)")
+
+from pydantic import ValidationError  # noqa: E402
+
+from agentctx.config import AgentctxConfig, ModelConfig  # noqa: E402
+from serving.vllm_engine import VLLMUnavailableError, vllm_available  # noqa: E402
 
 
 def test_engine_field_is_validated():
