@@ -71,11 +71,19 @@ class Engine(ABC):
     def export(self, context_id: str) -> tuple[int, list[torch.Tensor], torch.Tensor | None]:
         """(num_tokens, page tensors on CPU, window tensor or None) to publish to the shared store."""
 
-    @abstractmethod
-    def holds(self, context_id: str) -> bool: ...
+    # Engines keep the contexts they can serve in ``self._docs`` (an OrderedDict used as an
+    # LRU) guarded by ``self._lock``; what a context's entry holds is the engine's own business.
+    _docs: OrderedDict
+    _lock: threading.RLock
 
-    @abstractmethod
-    def drop(self, context_id: str) -> bool: ...
+    def holds(self, context_id: str) -> bool:
+        with self._lock:
+            return context_id in self._docs
+
+    def drop(self, context_id: str) -> bool:
+        """Forget a context on this replica (the shared store keeps it)."""
+        with self._lock:
+            return self._docs.pop(context_id, None) is not None
 
     @abstractmethod
     def cached_bytes(self) -> int: ...
@@ -188,14 +196,6 @@ class LocalEngine(Engine):
         return {"engine": self.kind, "device": str(r.device), "dtype": str(r.dtype).replace("torch.", ""),
                 "kv_bytes_per_token": r.layout.kv_bytes_per_token(r.dtype), "cached_contexts": len(self._docs),
                 "cached_bytes": self.cached_bytes()}
-
-    def holds(self, context_id: str) -> bool:
-        with self._lock:
-            return context_id in self._docs
-
-    def drop(self, context_id: str) -> bool:
-        with self._lock:
-            return self._docs.pop(context_id, None) is not None
 
     def cached_bytes(self) -> int:
         with self._lock:

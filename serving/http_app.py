@@ -112,6 +112,7 @@ EMPTY_DOCUMENT = "(no document)\n"
 ASYNC_LOAD_CHARS = 200_000       # larger uploads always load in the background (202)
 INGRESS_MAX_ONGOING = 256        # requests one ingress replica serves at once (it only awaits)
 REPLICA_RETRY_S = 25.0           # how long a request waits for a dead replica to be replaced
+FAILOVER_GRACE_S = 3.0           # a request retried after a replica death ends by then (+ the above)
 OPEN_PATHS = frozenset({"/healthz"})
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _QA_STOP = ("\n\n", "\nQuestion:")
@@ -515,13 +516,13 @@ class ApiService:
 
         deadline = time.monotonic() + self.cfg.serve.request_timeout_s
         retry_until, backoff, repaired = self._retry_deadline(), 0.2, False
+        failed_over = False
         while True:
             try:
                 return await self._model_call("generate", req, context_id=req.context_id,
                                               timeout_s=max(0.01, deadline - time.monotonic()))
             except asyncio.TimeoutError:
-                raise APIError(504, "the model did not answer in time", type="timeout", code="timeout",
-                               headers=_retry_headers(self.retry_after_s)) from None
+                raise self._timeout_error(failed_over) from None
             except Exception as exc:
                 inner = _unwrap(exc)
                 if isinstance(inner, PagesMissingError) and not repaired:
@@ -530,10 +531,21 @@ class ApiService:
                     continue
                 if _is_replica_failure(inner) and time.monotonic() + backoff < retry_until:
                     log.warning("model replica failed (%s); retrying in %.1f s", type(inner).__name__, backoff)
+                    # After a replica death the client gets an answer or a clear error within
+                    # the failover window, not after a full generation on the replacement.
+                    failed_over, deadline = True, min(deadline, retry_until + FAILOVER_GRACE_S)
                     await asyncio.sleep(backoff)
                     backoff = min(2.0, backoff * 2)
                     continue
                 raise self.error(inner) from None
+
+    def _timeout_error(self, failed_over: bool) -> APIError:
+        if failed_over:
+            return APIError(503, "the model replica failed and its replacement did not finish in time; retry",
+                            type="service_unavailable", code="replica_unavailable",
+                            headers=_retry_headers(self.retry_after_s))
+        return APIError(504, "the model did not answer in time", type="timeout", code="timeout",
+                        headers=_retry_headers(self.retry_after_s))
 
     async def stream(self, req: GenerateRequest) -> AsyncIterator[tuple[str, Any]]:
         """``("delta", text)``... then ``("result", GenerateResult)``; retried while nothing was sent."""
@@ -541,6 +553,7 @@ class ApiService:
 
         deadline = time.monotonic() + self.cfg.serve.request_timeout_s
         retry_until, backoff, repaired = self._retry_deadline(), 0.2, False
+        failed_over = False
         while True:
             gen = self.handle.options(stream=True, multiplexed_model_id=req.context_id).stream_events.remote(req)
             sent = False
@@ -563,7 +576,7 @@ class ApiService:
                 raise
             except asyncio.TimeoutError:
                 gen.cancel()
-                raise APIError(504, "the model did not answer in time", type="timeout", code="timeout") from None
+                raise self._timeout_error(failed_over) from None
             except Exception as exc:
                 gen.cancel()
                 inner = _unwrap(exc)
@@ -573,6 +586,7 @@ class ApiService:
                     continue
                 if not sent and _is_replica_failure(inner) and time.monotonic() + backoff < retry_until:
                     log.warning("model replica failed before streaming (%s); retrying", type(inner).__name__)
+                    failed_over, deadline = True, min(deadline, retry_until + FAILOVER_GRACE_S)
                     await asyncio.sleep(backoff)
                     backoff = min(2.0, backoff * 2)
                     continue

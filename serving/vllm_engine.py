@@ -196,14 +196,8 @@ class VLLMEngine(Engine):
         P = self.page_size
         return len(ids), [torch.tensor(ids[i : i + P], dtype=torch.int64) for i in range(0, len(ids), P)], None
 
-    def holds(self, context_id: str) -> bool:
-        with self._lock:
-            return context_id in self._docs
-
-    def drop(self, context_id: str) -> bool:
-        # vLLM frees its cached blocks itself (LRU) once no request uses them.
-        with self._lock:
-            return self._docs.pop(context_id, None) is not None
+    # holds/drop: Engine's. On drop, vLLM frees the document's cached blocks itself (LRU)
+    # once no request uses them.
 
     def cached_bytes(self) -> int:
         with self._lock:
