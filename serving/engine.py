@@ -80,6 +80,30 @@ class Engine(ABC):
         with self._lock:
             return context_id in self._docs
 
+    def _lookup(self, context_id: str, tenant: str | None):
+        """The cache entry of a context; on a miss, built from the shared store via page_loader."""
+        with self._lock:
+            entry = self._docs.get(context_id)
+            if entry is not None:
+                self._docs.move_to_end(context_id)
+                self.stats["cache_hits"] += 1
+                return entry
+            self.stats["cache_misses"] += 1
+        if self.page_loader is None:
+            raise ContextNotLoadedError(f"context {context_id!r} is not loaded on this replica")
+        entry = self._from_store(*self.page_loader(context_id, tenant or "default"))
+        self.stats["loads"] += 1
+        self._insert(context_id, entry)
+        return entry
+
+    @abstractmethod
+    def _from_store(self, num_tokens: int, pages: list[torch.Tensor], window: torch.Tensor | None,
+                    token_ids: list[int]):
+        """This engine's cache entry from what page_loader returns."""
+
+    @abstractmethod
+    def _insert(self, context_id: str, entry) -> None: ...
+
     def drop(self, context_id: str) -> bool:
         """Forget a context on this replica (the shared store keeps it)."""
         with self._lock:
@@ -99,6 +123,13 @@ class Engine(ABC):
             raise EmptyInputError("prompt is empty")
         if req.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {req.max_new_tokens}")
+
+    @staticmethod
+    def check_score_request(req: ScoreRequest) -> None:
+        if not req.options:
+            raise ValueError("score needs at least one option")
+        if not req.prompt:
+            raise EmptyInputError("prompt is empty")
 
     def stream(self, req: GenerateRequest) -> Iterator[str]:
         """Yield text deltas; default runs generate in a thread and relays its callback."""
@@ -182,7 +213,7 @@ class LocalEngine(Engine):
 
     def export(self, context_id: str) -> tuple[int, list[torch.Tensor], torch.Tensor | None]:
         """(num_tokens, page tensors on CPU, window tensor on CPU) for the shared store (token ids: kv.token_ids)."""
-        kv = self._get(context_id, tenant=None)
+        kv = self._lookup(context_id, tenant=None)
         pages = [kv.page_tensor(i).cpu() for i in range(kv.num_pages)]
         window = kv.window_tensor()
         return kv.num_tokens, pages, None if window is None else window.cpu()
@@ -216,30 +247,18 @@ class LocalEngine(Engine):
             if self._pins.get(cid, 0) == 0 and len(self._docs) > 1:
                 total -= self._docs.pop(cid).kv_bytes()
 
-    def _get(self, context_id: str, tenant: str | None) -> DocKV:
-        with self._lock:
-            kv = self._docs.get(context_id)
-            if kv is not None:
-                self._docs.move_to_end(context_id)
-                self.stats["cache_hits"] += 1
-                return kv
-            self.stats["cache_misses"] += 1
-        if self.page_loader is None:
-            raise ContextNotLoadedError(f"context {context_id!r} is not loaded on this replica")
-        num_tokens, pages, window, token_ids = self.page_loader(context_id, tenant or "default")
+    def _from_store(self, num_tokens, pages, window, token_ids) -> DocKV:
         kv = DocKV.from_tensors(
             self.runner.layout, self.page_size, num_tokens, pages, window, device=self.runner.device
         )
         kv.token_ids = token_ids
-        self.stats["loads"] += 1
-        self._insert(context_id, kv)
         return kv
 
     # ------------------------------------------------------------------ generation
     def generate(self, req: GenerateRequest, on_text: Callable[[str], None] | None = None) -> GenerateResult:
         self.check_request(req)
         t0 = time.perf_counter()
-        kv = self._get(req.context_id, req.tenant)
+        kv = self._lookup(req.context_id, req.tenant)
         with self._lock:
             self._pins[req.context_id] = self._pins.get(req.context_id, 0) + 1
         try:
@@ -277,11 +296,8 @@ class LocalEngine(Engine):
 
     def score(self, req: ScoreRequest) -> list[float]:
         """Sum of token log-probs of each option after the prompt (options share the prompt's KV)."""
-        if not req.options:
-            raise ValueError("score needs at least one option")
-        if not req.prompt:
-            raise EmptyInputError("prompt is empty")
-        kv = self._get(req.context_id, req.tenant)
+        self.check_score_request(req)
+        kv = self._lookup(req.context_id, req.tenant)
         runner = self.runner
         pages = None if req.pages is None else sorted(set(req.pages))
         prompt_ids = self.tokenizer(req.prompt, add_special_tokens=False)["input_ids"]

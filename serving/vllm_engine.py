@@ -29,13 +29,12 @@ from pathlib import Path
 
 import torch
 
-from serving.engine import ContextNotLoadedError, Engine, PageLoader
+from serving.engine import Engine, PageLoader
 from serving.model_loader import DEFAULT_MODEL, ModelLoadError, resolve_model_dir
 from serving.prompt_mode import PromptPlan, assemble_prompt, copy_choices, page_marker_text, page_runs
 from serving.tokenize import stop_token_ids, tokenize_document
 from serving.types import (
     ContextTooLongError,
-    EmptyInputError,
     GenerateRequest,
     GenerateResult,
     PrefillResult,
@@ -192,7 +191,7 @@ class VLLMEngine(Engine):
 
     def export(self, context_id: str) -> tuple[int, list[torch.Tensor], torch.Tensor | None]:
         """Pages for the shared store: each page's token ids (int64); vLLM keeps the KV itself."""
-        ids = self._doc(context_id, None)
+        ids = self._lookup(context_id, None)
         P = self.page_size
         return len(ids), [torch.tensor(ids[i : i + P], dtype=torch.int64) for i in range(0, len(ids), P)], None
 
@@ -213,20 +212,8 @@ class VLLMEngine(Engine):
             self._docs[context_id] = ids
             self._docs.move_to_end(context_id)
 
-    def _doc(self, context_id: str, tenant: str | None) -> list[int]:
-        with self._lock:
-            ids = self._docs.get(context_id)
-            if ids is not None:
-                self._docs.move_to_end(context_id)
-                self.stats["cache_hits"] += 1
-                return ids
-            self.stats["cache_misses"] += 1
-        if self.page_loader is None:
-            raise ContextNotLoadedError(f"context {context_id!r} is not loaded on this replica")
-        _, _, _, token_ids = self.page_loader(context_id, tenant or "default")
-        self.stats["loads"] += 1
-        self._insert(context_id, list(token_ids))
-        return list(token_ids)
+    def _from_store(self, num_tokens, pages, window, token_ids) -> list[int]:
+        return list(token_ids)  # the pages hold token ids too; the KV lives in vLLM's cache
 
     # ------------------------------------------------------------------ prompts
     def _marker_ids(self, page: int) -> list[int]:
@@ -252,7 +239,7 @@ class VLLMEngine(Engine):
 
         self.check_request(req)
         t0 = time.perf_counter()
-        doc = self._doc(req.context_id, req.tenant)
+        doc = self._lookup(req.context_id, req.tenant)
         plan = self._plan(doc, req.pages, req.prompt)
         if len(plan.token_ids) + req.max_new_tokens > self.max_model_len:
             raise ContextTooLongError(f"prompt of {len(plan.token_ids)} tokens + {req.max_new_tokens} new tokens "
@@ -294,11 +281,8 @@ class VLLMEngine(Engine):
         """Sum (or per-token mean) of option token log-probs after the prompt, from prompt logprobs."""
         from vllm import SamplingParams
 
-        if not req.options:
-            raise ValueError("score needs at least one option")
-        if not req.prompt:
-            raise EmptyInputError("prompt is empty")
-        doc = self._doc(req.context_id, req.tenant)
+        self.check_score_request(req)
+        doc = self._lookup(req.context_id, req.tenant)
         base = self._plan(doc, req.pages, req.prompt).token_ids
         jobs = []
         for option in req.options:
