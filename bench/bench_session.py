@@ -127,6 +127,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="auto: retrieval for real-weight runs when `retrieval` imports, else oracle+random")
     ap.add_argument("--kernel-impl", default="auto", help="attend_selected impl: auto|triton|torch|flash")
     ap.add_argument("--kernel-reps", type=int, default=20)
+    ap.add_argument("--query-mode", default="auto", choices=("auto", "eager", "static", "graph"),
+                    help="query forwards: auto = CUDA graphs on CUDA, eager on CPU (serving.static_query)")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="stop starting new work after this many seconds (470 on CUDA, 7200 on CPU); "
                          "a SIGALRM hard stop follows 30 s later (results so far are still written)")
@@ -420,7 +422,8 @@ class ModelBench:
         self.build_s = time.perf_counter() - t0
         self.real = not self.info["random"]
         self.runner = ModelRunner(self.loaded, page_size=args.page_size, prefill_chunk_tokens=args.prefill_chunk,
-                                  max_context_tokens=max(max(sizes) * 2, 1 << 21), kernel_impl=args.kernel_impl)
+                                  max_context_tokens=max(max(sizes) * 2, 1 << 21), kernel_impl=args.kernel_impl,
+                                  query_mode=args.query_mode)
         self.shape = physics.ModelShape.from_model(self.model, self.runner.layout)
         self.shared = P.SharedPeer(self.runner, device)
         self.naive = P.NaivePeer(self.model, device, args.naive_chunk)
@@ -451,6 +454,7 @@ class ModelBench:
             "build_s": self.build_s,
             "shape": self.shape.to_dict(),
             "page_size": args.page_size,
+            "query_mode": self.runner.query_mode,
             "prefill_chunk": args.prefill_chunk,
             "naive_chunk": args.naive_chunk,
             "decode_tokens": self.decode_tokens,
@@ -544,8 +548,14 @@ class ModelBench:
             run.needle_hit = needle_hit(q.needle_value, run.answer)
 
     def _instrumented(self, doc, q: P.Query, select) -> dict:
-        with P.AttentionTimer(self.device) as timer:
-            run, _ = self.shared.run_query(doc, q.ids, select, self.decode_tokens, self.stop_ids, timer=timer)
+        # Attention share of a forward, timed per kernel call: needs the eager path (a
+        # replayed CUDA graph calls no Python), so these forwards carry eager overhead.
+        mode, self.runner.query_mode = self.runner.query_mode, "eager"
+        try:
+            with P.AttentionTimer(self.device) as timer:
+                run, _ = self.shared.run_query(doc, q.ids, select, self.decode_tokens, self.stop_ids, timer=timer)
+        finally:
+            self.runner.query_mode = mode
         return {"attn_ttft_s": run.attn_ttft_s, "attn_decode_s_per_token": run.attn_decode_s_per_token,
                 "ttft_s": run.ttft_s, "decode_steps": run.decode_steps}
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["masked_attention_lse", "full_attention_lse"]
+__all__ = ["masked_attention_lse", "masked_attention_with_mask", "full_attention_lse"]
 
 _KEY_BLOCK = 4096
 
@@ -99,6 +99,19 @@ def masked_attention_lse(
     for start in range(0, k.shape[0], _KEY_BLOCK):
         o, l = block(start, min(start + _KEY_BLOCK, k.shape[0]))
         out, lse = _merge_into(out, lse, o, l)
+    return out.to(q.dtype), lse
+
+
+def masked_attention_with_mask(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, softcap: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention with an explicit visibility mask, in one block (for short key sets).
+
+    q: (Tq, Hq, D); k, v: (Tk, Hkv, D); mask: (Tq, Tk) bool, True = visible.
+    Returns out (Tq, Hq, D) in q.dtype and lse (Tq, Hq) float32 (-inf where nothing is visible).
+    Static-shape callers (CUDA-graph queries) build the mask on the device from slot indices.
+    """
+    out, lse = _block_attention(q.float(), k, v, scale, softcap, mask)
     return out.to(q.dtype), lse
 
 

@@ -20,7 +20,7 @@ import torch
 from serving.model_loader import LoadedModel, load_model
 from serving.copy_constraint import CopyConstraint
 from serving.model_runner import ModelRunner
-from serving.paged_kv import DocKV, QueryTail
+from serving.paged_kv import DocKV
 from serving.tokenize import tokenize_document
 from serving.types import EmptyInputError, GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
@@ -309,8 +309,7 @@ class LocalEngine(Engine):
                 ids = self.tokenizer(option, add_special_tokens=False)["input_ids"]
                 if not ids:
                     raise ValueError(f"option {option!r} has no tokens")
-                # Tail tensors are replaced (torch.cat), never written in place: a shallow copy forks it.
-                tail = QueryTail(base.start, dict(base.k), dict(base.v), base.length)
+                tail = base.fork()
                 total = float(first[ids[0]])
                 if len(ids) > 1:
                     logits = runner.extend(kv, tail, ids[:-1], pages, all_logits=True)

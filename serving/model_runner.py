@@ -35,11 +35,17 @@ from serving.model_loader import LoadedModel
 from serving.tokenize import stop_token_ids
 from serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
 from serving.paged_kv import DocKV, LayerLayout, QueryTail
+from serving.static_query import BUCKETS, QuerySlots, StaticStep, static_attention, table_width
 
-__all__ = ["ModelRunner", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL"]
+__all__ = ["ModelRunner", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES"]
 
 log = logging.getLogger(__name__)
 ATTN_IMPL = "agentctx_paged"
+# How query forwards run: "eager" (growing tail tensors, any shapes), "static"
+# (preallocated slots, static shapes), "graph" (static + CUDA-graph replay; CUDA only),
+# "auto" = graph on CUDA, eager elsewhere.
+QUERY_MODES = ("auto", "eager", "static", "graph")
+_MAX_SLOT_SETS = 4  # static slot sets (table widths) kept per document
 
 
 @dataclass
@@ -74,6 +80,8 @@ def _paged_attention(module, query, key, value, attention_mask, scaling=None, dr
     v = value[0].transpose(0, 1)
     scale = scaling if scaling is not None else 1.0 / math.sqrt(q.shape[-1])
     softcap = kwargs.get("softcap") or getattr(module, "attn_logit_softcapping", None)
+    if isinstance(step, StaticStep):
+        return static_attention(step, layer, q, k, v, scale, softcap).unsqueeze(0), None
     layout = step.doc.layout
     if layer in layout.sliding_layers:
         out = _sliding(step, layer, q, k, v, scale, softcap, layout.window)
@@ -169,7 +177,13 @@ class ModelRunner:
         prefill_chunk_tokens: int = 1024,
         max_context_tokens: int = 1 << 20,
         kernel_impl: str = "auto",
+        query_mode: str = "auto",
+        static_tail_tokens: int = 2048,
     ):
+        if query_mode not in QUERY_MODES:
+            raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {query_mode!r}")
+        if static_tail_tokens < 2 * BUCKETS[-1]:
+            raise ValueError(f"static_tail_tokens must be >= {2 * BUCKETS[-1]}, got {static_tail_tokens}")
         if page_size <= 0 or prefill_chunk_tokens % page_size:
             raise ValueError(
                 f"prefill_chunk_tokens ({prefill_chunk_tokens}) must be a positive multiple of page_size ({page_size})"
@@ -186,6 +200,12 @@ class ModelRunner:
         self.model.config._attn_implementation = ATTN_IMPL
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
+        if query_mode == "graph" and self.device.type != "cuda":
+            raise ValueError(f"query_mode='graph' needs a CUDA model, this one is on {self.device}")
+        if query_mode == "auto":
+            query_mode = "graph" if self.device.type == "cuda" else "eager"
+        self.query_mode = query_mode
+        self.static_tail_tokens = static_tail_tokens
 
     # ------------------------------------------------------------------ helpers
     def _hidden(self, ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
@@ -258,6 +278,10 @@ class ModelRunner:
         ids = torch.as_tensor(token_ids, dtype=torch.long).view(-1)
         if ids.numel() == 0:
             raise EmptyInputError("query is empty")
+        if tail.static is not None or (tail.length == 0 and self.query_mode != "eager"):
+            logits = self._extend_static(doc, tail, ids.tolist(), pages, all_logits)
+            if logits is not None:
+                return logits
         table, count = self.block_table(doc, pages)
         start = tail.start + tail.length
         pos = torch.arange(start, start + ids.numel(), device=self.device)
@@ -267,6 +291,33 @@ class ModelRunner:
         if all_logits:
             return self.logits_from_hidden(hidden)
         return self.logits_from_hidden(hidden[-1:])[0]
+
+    def _extend_static(self, doc: DocKV, tail: QueryTail, ids: list[int], pages, all_logits: bool):
+        """The static-slot path of extend; None when this call must run eagerly instead.
+
+        A tail moves to the eager path for good (its slots copied out) when it would outgrow
+        its slots or its page set outgrows the block table width.
+        """
+        sel = tuple(range(doc.num_pages)) if pages is None else tuple(sorted(set(pages)))
+        bad = [p for p in sel if not 0 <= p < doc.num_pages]
+        if bad:
+            raise ValueError(f"page indices {bad[:5]} out of range for a document of {doc.num_pages} pages")
+        if tail.static is None:
+            width = table_width(len(sel))
+            qs = doc.query_slots.pop(width, None)  # re-inserted below: dict order is LRU order
+            if qs is None:
+                if len(doc.query_slots) >= _MAX_SLOT_SETS:
+                    doc.query_slots.pop(next(iter(doc.query_slots)))
+                qs = QuerySlots(self, doc, width, self.static_tail_tokens, use_graphs=self.query_mode == "graph")
+            doc.query_slots[width] = qs
+            qs.bind(tail)
+        qs = tail.static.slots
+        if tail.length + len(ids) + BUCKETS[-1] > qs.capacity or len(sel) > qs.width:
+            qs.materialize(tail)
+            return None
+        qs.check(tail)
+        qs.load_pages(sel)
+        return qs.run(tail, ids, all_logits)
 
     def new_tail(self, doc: DocKV) -> QueryTail:
         return QueryTail(start=doc.num_tokens)

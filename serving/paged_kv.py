@@ -65,6 +65,9 @@ class DocKV:
     window_pos: torch.Tensor | None = None
     last_logits: torch.Tensor | None = None  # (vocab,) logits after the final document token
     token_ids: list[int] | None = None  # the document's tokens (for copy-constrained decoding)
+    # Static query buffers and CUDA graphs by block-table width (serving.static_query); they
+    # live and die with the document.
+    query_slots: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_pages(self) -> int:
@@ -142,6 +145,18 @@ class QueryTail:
     k: dict[int, torch.Tensor] = field(default_factory=dict)
     v: dict[int, torch.Tensor] = field(default_factory=dict)
     length: int = 0
+    # Set when the tail lives in preallocated static slots (serving.static_query.TailBinding);
+    # then k/v above stay empty.
+    static: object | None = None
 
     def positions(self, device) -> torch.Tensor:
         return torch.arange(self.start, self.start + self.length, device=device)
+
+    def fork(self) -> "QueryTail":
+        """A tail that continues from this one's tokens (e.g. one per scored option).
+
+        Eager tails are forked by a shallow copy: their tensors are replaced, never written
+        in place. Static tails share their slots: a fork writes only past the common length,
+        so forks extended one after another each see the shared prefix intact.
+        """
+        return QueryTail(self.start, dict(self.k), dict(self.v), self.length, self.static)

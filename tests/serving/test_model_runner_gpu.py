@@ -30,3 +30,37 @@ def test_paged_matches_transformers_on_cuda(family, dtype, tmp_path):
     assert rel < (1e-4 if dtype == torch.float32 else 3e-2), rel
     if dtype == torch.float32:
         assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_graph_queries_match_eager(family, dtype, tmp_path):
+    """Replayed CUDA graphs (serving.static_query) give the eager path's tokens and logits,
+    for several queries with different page sets sharing one set of graphs."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    path = make_tiny_checkpoint(family, tmp_path)
+    loaded = load_model(path, dtype=dtype, device="cuda")
+    kw = dict(page_size=16, prefill_chunk_tokens=64)
+    eager = ModelRunner(loaded, query_mode="eager", **kw)
+    graph = ModelRunner(loaded, query_mode="graph", **kw)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, 259, (400,), generator=g).tolist()
+    doc = eager.prefill(ids[:380], progress=False)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    for pages in ([0, 3, 7, 23], [1, 2, 3, 23], None, [0, 5, 9, 23]):
+        q = ids[380:380 + 11]
+        te, tg = eager.new_tail(doc), graph.new_tail(doc)
+        le, lg = eager.extend(doc, te, q, pages), graph.extend(doc, tg, q, pages)
+        toks_e, toks_g = [], []
+        for _ in range(10):
+            rel = ((lg - le).norm() / le.norm()).item()
+            assert rel < tol, (pages, rel)
+            ne, ng = int(le.argmax()), int(lg.argmax())
+            toks_e.append(ne)
+            toks_g.append(ng)
+            le, lg = eager.extend(doc, te, [ne], pages), graph.extend(doc, tg, [ne], pages)
+        if dtype == torch.float32:
+            assert toks_g == toks_e, pages
+    slots = list(doc.query_slots.values())
+    assert slots and all(s.use_graphs and not s.failed for s in slots)
+    assert all({1, 16} <= set(s.graphs) for s in slots), [sorted(s.graphs) for s in slots]

@@ -1,0 +1,269 @@
+"""Static-shape query forwards over a paged document, replayable as CUDA graphs.
+
+A decode forward of a small model is thousands of tiny kernels (2005 for Gemma 3
+270M), so on a GPU its time is host launch overhead, not attention: ~29 ms per
+forward eager on an H200 against 1-4 ms of attention (BENCHMARKS.md §4). Giving a
+query's forwards static shapes lets us capture each one once and replay it with
+a single launch. What makes the shapes static:
+
+* The query's private tail lives in preallocated per-layer buffers of C slots.
+  New tokens are written with ``index_copy_`` at slot indices held on the device,
+  and which slots a token may see is a mask computed on the device from those
+  indices: no host sync, no ``torch.cat`` growth.
+* Sliding-window layers keep the document's window and the tail in one buffer
+  (window first), so one fused SDPA call with a positional mask covers both.
+* The block table is a fixed-width buffer (width rounded up, see ``table_width``);
+  the page kernel reads only ``num_blocks`` entries of it.
+* The number of new tokens is padded up to a bucket (1, 8, 16, ... 256). Pad
+  tokens sit after the real ones, so causality hides them from real tokens, and
+  the slots they write are overwritten by later real tokens before anything can
+  see them.
+
+A :class:`QuerySlots` holds these buffers for one document and one table width,
+and the graphs captured per bucket; queries over the same document take turns on
+it (the engine serialises forwards). A tail bound to it carries an owner number;
+a tail whose slots were taken by a newer query fails loudly instead of reading
+another query's tokens.
+
+On CPU (tests) and when a capture fails, the same static forward runs eagerly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kernels import attend_selected, merge_attention
+from kernels.positional import masked_attention_with_mask
+from serving.paged_kv import DocKV, QueryTail
+
+__all__ = ["QuerySlots", "StaticStep", "TailBinding", "static_attention", "bucket_for", "table_width", "BUCKETS"]
+
+log = logging.getLogger(__name__)
+
+# Token-count buckets: 1 for decode, then powers of two for prompts; longer inputs go in
+# chunks of the largest bucket. Fewer, coarser buckets mean fewer captures per document.
+BUCKETS = (1, 8, 16, 32, 64, 128, 256)
+_owners = itertools.count(1)
+
+
+def bucket_for(n: int) -> int:
+    """Smallest bucket holding n new tokens (n <= BUCKETS[-1])."""
+    return next(b for b in BUCKETS if b >= n)
+
+
+def table_width(m: int) -> int:
+    """Block-table width for m selected pages: m rounded up by at most 1/8.
+
+    Queries at one budget select about the same number of pages; rounding lets them
+    share one set of graphs while the kernel wastes at most ~12% of its programs on
+    padding (it launches splits for the full width, and those past num_blocks exit).
+    """
+    if m <= 16:
+        return 16
+    step = 1 << max(0, m.bit_length() - 4)
+    return -(-m // step) * step
+
+
+@dataclass
+class TailBinding:
+    """Ties a :class:`QueryTail` to the slots it lives in."""
+
+    slots: "QuerySlots"
+    owner: int
+
+
+@dataclass
+class StaticStep:
+    """The per-forward state the attention hook reads (built inside the captured region)."""
+
+    qs: "QuerySlots"
+    slots: torch.Tensor  # (Tb,) int64 tail slot of each new token
+    tail_mask: torch.Tensor  # (Tb, C) bool: tail slot j visible to new token i
+    win_mask: torch.Tensor | None  # (Tb, Wt + C) bool for sliding layers
+
+
+class QuerySlots:
+    """Preallocated tail buffers, inputs and captured graphs for queries over one document."""
+
+    def __init__(self, runner, doc: DocKV, width: int, capacity: int, use_graphs: bool):
+        layout = doc.layout
+        dev, dt = runner.device, runner.dtype
+        self.runner = runner
+        self.layout = layout
+        self.width = width
+        self.capacity = capacity
+        self.start = doc.num_tokens  # tail slot j holds position start + j
+        self.use_graphs = use_graphs and dev.type == "cuda"
+        # References to the document's tensors, not to the DocKV: the DocKV owns us.
+        self.k_pages, self.v_pages = doc.k_pages, doc.v_pages
+        self.slot_lens = doc.slot_lens()
+        self.num_pages = doc.num_pages
+        shape = (capacity, layout.num_kv_heads, layout.head_dim)
+        self.tail_k = {l: torch.zeros(shape, dtype=dt, device=dev) for l in layout.global_layers}
+        self.tail_v = {l: torch.zeros(shape, dtype=dt, device=dev) for l in layout.global_layers}
+        self.win_k: dict[int, torch.Tensor] = {}
+        self.win_v: dict[int, torch.Tensor] = {}
+        self.wt = 0
+        tail_pos = torch.arange(self.start, self.start + capacity, device=dev)
+        self.tail_pos = tail_pos
+        self.win_pos = None
+        if layout.sliding_layers:
+            self.wt = int(doc.window_pos.numel())
+            for l in layout.sliding_layers:
+                self.win_k[l] = torch.cat([doc.window_k[l], torch.zeros(shape, dtype=dt, device=dev)])
+                self.win_v[l] = torch.cat([doc.window_v[l], torch.zeros(shape, dtype=dt, device=dev)])
+            self.win_pos = torch.cat([doc.window_pos.to(dev), tail_pos])
+        tmax = BUCKETS[-1]
+        self.tmax = tmax
+        # One int64 input buffer, copied from the host once per forward:
+        # [0, tmax) token ids, [tmax, 2 tmax) tail slots, [2 tmax] row of the last real token.
+        self.inputs = torch.zeros(2 * tmax + 1, dtype=torch.long, device=dev)
+        self.table = torch.zeros(1, width, dtype=torch.int32, device=dev)
+        self.num_blocks = torch.zeros(1, dtype=torch.int32, device=dev)
+        self.loaded_pages: tuple[int, ...] | None = None
+        self.owner = 0
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self.failed: set[int] = set()
+        self.pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
+
+    # ------------------------------------------------------------------ binding
+    def bind(self, tail: QueryTail) -> None:
+        """Give these slots to a fresh tail; any tail bound before becomes stale."""
+        self.owner = next(_owners)
+        tail.static = TailBinding(self, self.owner)
+
+    def check(self, tail: QueryTail) -> None:
+        b = tail.static
+        if b is None or b.slots is not self or b.owner != self.owner:
+            raise RuntimeError(
+                "query tail is stale: a newer query over this document reused its slots; "
+                "finish one query before starting the next (the engine serialises forwards)"
+            )
+
+    def load_pages(self, pages: tuple[int, ...]) -> None:
+        if pages == self.loaded_pages:
+            return
+        m = len(pages)
+        if m > self.width:
+            raise ValueError(f"{m} pages do not fit a block table of width {self.width}")
+        row = torch.zeros(self.width, dtype=torch.int32)
+        row[:m] = torch.tensor(pages, dtype=torch.int32)
+        self.table.copy_(row.view(1, -1))
+        self.num_blocks.fill_(m)
+        self.loaded_pages = pages
+
+    def materialize(self, tail: QueryTail) -> None:
+        """Copy a bound tail into ordinary per-layer tensors (the eager path's form) and unbind it."""
+        self.check(tail)
+        n = tail.length
+        for l in self.layout.global_layers:
+            tail.k[l], tail.v[l] = self.tail_k[l][:n].clone(), self.tail_v[l][:n].clone()
+        for l in self.layout.sliding_layers:
+            tail.k[l] = self.win_k[l][self.wt : self.wt + n].clone()
+            tail.v[l] = self.win_v[l][self.wt : self.wt + n].clone()
+        tail.static = None
+
+    # ------------------------------------------------------------------ forward
+    def _forward(self, tb: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The static forward for a bucket of tb tokens; everything here may be captured."""
+        ids = self.inputs[:tb]
+        slots = self.inputs[self.tmax : self.tmax + tb]
+        last = self.inputs[2 * self.tmax :]
+        qpos = slots + self.start
+        tail_mask = torch.arange(self.capacity, device=slots.device).unsqueeze(0) <= slots.unsqueeze(1)
+        win_mask = None
+        if self.win_pos is not None:
+            kp = self.win_pos.unsqueeze(0)
+            qp = qpos.unsqueeze(1)
+            win_mask = (kp <= qp) & (kp > qp - self.layout.window)
+        step = StaticStep(self, slots, tail_mask, win_mask)
+        hidden = self.runner._hidden(ids, qpos, step)
+        logits = self.runner.logits_from_hidden(hidden.index_select(0, last))[0]
+        return hidden, logits
+
+    def _capture(self, tb: int) -> None:
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                hidden, logits = self._forward(tb)
+        except Exception as exc:  # noqa: BLE001 - any capture failure: stay correct, run eagerly
+            self.failed.add(tb)
+            log.warning("CUDA graph capture for %d-token forwards failed (%s: %s); running them eagerly",
+                        tb, type(exc).__name__, exc)
+            return
+        self.graphs[tb] = (graph, hidden, logits)
+
+    def run(self, tail: QueryTail, ids: list[int], all_logits: bool) -> torch.Tensor:
+        """Append ids to a bound tail. Returns last-token logits (vocab,) or (T, vocab) with all_logits."""
+        self.check(tail)
+        rows = []
+        logits = None
+        for s in range(0, len(ids), self.tmax):
+            chunk = ids[s : s + self.tmax]
+            t = len(chunk)
+            tb = bucket_for(t)
+            base = tail.length
+            host = torch.zeros(2 * self.tmax + 1, dtype=torch.long)
+            host[:t] = torch.tensor(chunk, dtype=torch.long)
+            # Pad tokens take the slots after the real ones (see the module docstring).
+            host[self.tmax : self.tmax + tb] = torch.arange(base, base + tb)
+            host[2 * self.tmax] = t - 1
+            self.inputs.copy_(host)
+            entry = self.graphs.get(tb)
+            if entry is not None:
+                entry[0].replay()
+                hidden, logits = entry[1], entry[2]
+            else:
+                hidden, logits = self._forward(tb)
+                if self.use_graphs and tb not in self.failed:
+                    self._capture(tb)
+            if all_logits:
+                rows.append(self.runner.logits_from_hidden(hidden[:t]))
+            tail.length += t
+        if all_logits:
+            return torch.cat(rows)
+        return logits.clone()  # the graph's output buffer is overwritten by the next replay
+
+
+def static_attention(step: StaticStep, layer: int, q, k, v, scale: float, softcap) -> torch.Tensor:
+    """Attention of tb new tokens for one layer, writing their K/V into the tail slots."""
+    qs = step.qs
+    layout = qs.layout
+    if layer in layout.sliding_layers:
+        keys, vals = qs.win_k[layer], qs.win_v[layer]
+        dst = step.slots + qs.wt
+        keys.index_copy_(0, dst, k)
+        vals.index_copy_(0, dst, v)
+        return _window_attention(q, keys, vals, step.win_mask, scale, softcap)
+    tk, tv = qs.tail_k[layer], qs.tail_v[layer]
+    tk.index_copy_(0, step.slots, k)
+    tv.index_copy_(0, step.slots, v)
+    o_pages, l_pages = attend_selected(
+        q.unsqueeze(0), qs.k_pages[layer], qs.v_pages[layer], qs.table, qs.num_blocks, qs.slot_lens,
+        scale, softcap=softcap, impl=qs.runner.kernel_impl,
+    )
+    o_tail, l_tail = masked_attention_with_mask(q, tk, tv, step.tail_mask, scale, softcap)
+    out, _ = merge_attention(o_pages[0], l_pages[0], o_tail, l_tail)
+    return out.to(q.dtype)
+
+
+def _window_attention(q, keys, vals, mask, scale, softcap) -> torch.Tensor:
+    """Sliding-layer attention over [document window | tail] with a positional mask (no LSE needed)."""
+    if softcap:
+        return masked_attention_with_mask(q, keys, vals, mask, scale, softcap)[0]
+    tq, hq, d = q.shape
+    hkv = keys.shape[1]
+    g = hq // hkv
+    # GQA without repeating keys: fold the g query heads of a KV head into the query axis;
+    # the mask rows repeat to match ((token, group) order).
+    qf = q.view(tq, hkv, g, d).permute(1, 0, 2, 3).reshape(1, hkv, tq * g, d)
+    m = mask.repeat_interleave(g, dim=0) if g > 1 else mask
+    out = F.scaled_dot_product_attention(
+        qf, keys.transpose(0, 1).unsqueeze(0), vals.transpose(0, 1).unsqueeze(0), attn_mask=m, scale=scale
+    )
+    return out[0].view(hkv, tq, g, d).permute(1, 0, 2, 3).reshape(tq, hq, d)
