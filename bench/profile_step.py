@@ -28,6 +28,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--fraction", type=float, default=0.12)
     ap.add_argument("--prompt", type=int, default=24, help="prompt tokens before the timed decode steps")
+    ap.add_argument("--compile-norms", action="store_true", help="torch.compile the RMSNorm modules (serving.fusion)")
+    ap.add_argument("--sort", default="self_cpu_time_total", help="profiler table order (e.g. self_cuda_time_total)")
     args = ap.parse_args()
 
     from bench.bench_session import build_model
@@ -35,7 +37,8 @@ def main() -> int:
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loaded, info = build_model(args.model, dev, seed=0)
-    runner = ModelRunner(loaded, page_size=256, prefill_chunk_tokens=4096 if dev.type == "cuda" else 1024)
+    runner = ModelRunner(loaded, page_size=256, prefill_chunk_tokens=4096 if dev.type == "cuda" else 1024,
+                         compile_norms=args.compile_norms)
     g = torch.Generator().manual_seed(0)
     vocab = loaded.model.config.vocab_size
     ids = torch.randint(10, vocab, (args.tokens,), generator=g).tolist()
@@ -67,6 +70,16 @@ def main() -> int:
                 sync()
                 t2 = time.perf_counter()
             wall[mode] = (t1 - t0, (t2 - t1) / args.steps)
+            if mode == "graph":
+                for w, qs in doc.query_slots.items():
+                    print(f"slots width {w}: graphs for buckets {sorted(qs.graphs)}; failed captures {qs.failed}")
+                    if 1 in qs.graphs:
+                        sync()
+                        r0 = time.perf_counter()
+                        for _ in range(20):
+                            qs.graphs[1][0].replay()
+                        sync()
+                        print(f"bare replay of the 1-token graph: {(time.perf_counter() - r0) / 20 * 1e3:.2f} ms")
             first[mode] = toks
         runner.query_mode = "eager"
         tail = runner.new_tail(doc)
@@ -81,7 +94,7 @@ def main() -> int:
     ev = prof.key_averages()
     launches = sum(e.count for e in ev if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
     gpu_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in ev) / args.steps
-    print(f"# {args.model} ({info.get('weights')}), {dev}, {doc.num_tokens} KV tokens, {len(pages)} pages "
+    print(f"# {args.model} ({info.get('weights')}, norms {'compiled' if args.compile_norms else 'eager'}), {dev}, {doc.num_tokens} KV tokens, {len(pages)} pages "
           f"({100 * len(pages) / doc.num_pages:.0f}%), prompt {args.prompt} tokens")
     base_p, base_d = wall["eager"]
     for mode in modes:
@@ -90,7 +103,7 @@ def main() -> int:
         print(f"{mode:>6}: prompt forward {1e3 * p:7.2f} ms ({base_p / p:5.1f}x eager), decode forward "
               f"{1e3 * d:7.2f} ms ({base_d / d:5.1f}x eager); {same}")
     print(f"eager: kernel launches per forward: {launches / args.steps:.0f}; GPU busy per forward: {gpu_us / 1e3:.2f} ms")
-    print(ev.table(sort_by="self_cpu_time_total", row_limit=22, max_name_column_width=60))
+    print(ev.table(sort_by=args.sort, row_limit=22, max_name_column_width=60))
     return 0
 
 

@@ -90,7 +90,7 @@ class StaticStep:
 class QuerySlots:
     """Preallocated tail buffers, inputs and captured graphs for queries over one document."""
 
-    def __init__(self, runner, doc: DocKV, width: int, capacity: int, use_graphs: bool):
+    def __init__(self, runner, doc: DocKV, width: int, capacity: int):
         layout = doc.layout
         dev, dt = runner.device, runner.dtype
         self.runner = runner
@@ -98,7 +98,6 @@ class QuerySlots:
         self.width = width
         self.capacity = capacity
         self.start = doc.num_tokens  # tail slot j holds position start + j
-        self.use_graphs = use_graphs and dev.type == "cuda"
         # References to the document's tensors, not to the DocKV: the DocKV owns us.
         self.k_pages, self.v_pages = doc.k_pages, doc.v_pages
         self.slot_lens = doc.slot_lens()
@@ -128,8 +127,8 @@ class QuerySlots:
         self.loaded_pages: tuple[int, ...] | None = None
         self.owner = 0
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
-        self.failed: set[int] = set()
-        self.pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
+        self.failed: dict[int, str] = {}  # bucket -> why its capture failed (it then runs eagerly)
+        self.pool = None  # one memory pool for all of this set's graphs (they never run at once)
 
     # ------------------------------------------------------------------ binding
     def bind(self, tail: QueryTail) -> None:
@@ -188,11 +187,13 @@ class QuerySlots:
 
     def _capture(self, tb: int) -> None:
         graph = torch.cuda.CUDAGraph()
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
         try:
             with torch.cuda.graph(graph, pool=self.pool):
                 hidden, logits = self._forward(tb)
         except Exception as exc:  # noqa: BLE001 - any capture failure: stay correct, run eagerly
-            self.failed.add(tb)
+            self.failed[tb] = f"{type(exc).__name__}: {exc}"
             log.warning("CUDA graph capture for %d-token forwards failed (%s: %s); running them eagerly",
                         tb, type(exc).__name__, exc)
             return
@@ -214,13 +215,16 @@ class QuerySlots:
             host[self.tmax : self.tmax + tb] = torch.arange(base, base + tb)
             host[2 * self.tmax] = t - 1
             self.inputs.copy_(host)
-            entry = self.graphs.get(tb)
+            # Captured graphs are used only in "graph" mode, so a runner switched to
+            # "static" (or a benchmark comparing modes) really runs the static forward.
+            use_graphs = self.runner.query_mode == "graph"
+            entry = self.graphs.get(tb) if use_graphs else None
             if entry is not None:
                 entry[0].replay()
                 hidden, logits = entry[1], entry[2]
             else:
                 hidden, logits = self._forward(tb)
-                if self.use_graphs and tb not in self.failed:
+                if use_graphs and tb not in self.failed:
                     self._capture(tb)
             if all_logits:
                 rows.append(self.runner.logits_from_hidden(hidden[:t]))

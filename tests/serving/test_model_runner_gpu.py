@@ -62,5 +62,5 @@ def test_cuda_graph_queries_match_eager(family, dtype, tmp_path):
         if dtype == torch.float32:
             assert toks_g == toks_e, pages
     slots = list(doc.query_slots.values())
-    assert slots and all(s.use_graphs and not s.failed for s in slots)
+    assert slots and not any(s.failed for s in slots)
     assert all({1, 16} <= set(s.graphs) for s in slots), [sorted(s.graphs) for s in slots]
