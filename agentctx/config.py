@@ -30,6 +30,11 @@ class ModelConfig(_Strict):
     device: str | None = Field(None, description="cpu / cuda / cuda:N; None = cuda when available")
     dtype: str | None = Field(None, description="float32 / bfloat16 / float16; None = bf16 on GPU, fp32 on CPU")
     device_cache_bytes: int = Field(8 << 30, ge=0, description="KV bytes a replica keeps on its device")
+    query_mode: Literal["auto", "eager", "static", "graph"] = Field(
+        "auto", description="Query forwards of the local engine: graph = static shapes replayed as CUDA graphs "
+                            "(CUDA only); eager = growing tensors; auto = graph on CUDA, eager on CPU")
+    compile_norms: bool = Field(False, description="torch.compile the RMSNorm modules (fewer kernels per forward; "
+                                                   "tens of seconds at start-up)")
     engine: Literal["local", "vllm"] = Field(
         "local", description="local = our paged runner (block-selected attention); vllm = vLLM in prompt-level "
                              "mode (selected pages become prompt text, reuse via vLLM prefix caching)")

@@ -169,6 +169,8 @@ class LocalEngine(Engine):
         device_cache_bytes: int = 8 << 30,
         page_loader: PageLoader | None = None,
         kernel_impl: str = "auto",
+        query_mode: str = "auto",
+        compile_norms: bool = False,
     ):
         if not isinstance(model, LoadedModel):
             if dtype is None:
@@ -181,6 +183,8 @@ class LocalEngine(Engine):
             prefill_chunk_tokens=prefill_chunk_tokens,
             max_context_tokens=max_context_tokens,
             kernel_impl=kernel_impl,
+            query_mode=query_mode,
+            compile_norms=compile_norms,
         )
         self.tokenizer = model.tokenizer
         self.model_id = model.model_id

@@ -48,6 +48,8 @@ def build_engine(m: ModelConfig) -> Engine:
         device=m.device,
         dtype=_DTYPES.get(m.dtype) if m.dtype else None,
         device_cache_bytes=m.device_cache_bytes,
+        query_mode=m.query_mode,
+        compile_norms=m.compile_norms,
     )
 
 
