@@ -33,8 +33,6 @@ class ModelConfig(_Strict):
     query_mode: Literal["auto", "eager", "static", "graph"] = Field(
         "auto", description="Query forwards of the local engine: graph = static shapes replayed as CUDA graphs "
                             "(CUDA only); eager = growing tensors; auto = graph on CUDA, eager on CPU")
-    compile_norms: bool = Field(False, description="torch.compile the RMSNorm modules (fewer kernels per forward; "
-                                                   "tens of seconds at start-up)")
     engine: Literal["local", "vllm"] = Field(
         "local", description="local = our paged runner (block-selected attention); vllm = vLLM in prompt-level "
                              "mode (selected pages become prompt text, reuse via vLLM prefix caching)")

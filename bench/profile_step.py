@@ -28,7 +28,6 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--fraction", type=float, default=0.12)
     ap.add_argument("--prompt", type=int, default=24, help="prompt tokens before the timed decode steps")
-    ap.add_argument("--compile-norms", action="store_true", help="torch.compile the RMSNorm modules (serving.fusion)")
     ap.add_argument("--sort", default="self_cpu_time_total", help="profiler table order (e.g. self_cuda_time_total)")
     args = ap.parse_args()
 
@@ -37,8 +36,7 @@ def main() -> int:
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loaded, info = build_model(args.model, dev, seed=0)
-    runner = ModelRunner(loaded, page_size=256, prefill_chunk_tokens=4096 if dev.type == "cuda" else 1024,
-                         compile_norms=args.compile_norms)
+    runner = ModelRunner(loaded, page_size=256, prefill_chunk_tokens=4096 if dev.type == "cuda" else 1024)
     g = torch.Generator().manual_seed(0)
     vocab = loaded.model.config.vocab_size
     ids = torch.randint(10, vocab, (args.tokens,), generator=g).tolist()
@@ -94,7 +92,7 @@ def main() -> int:
     ev = prof.key_averages()
     launches = sum(e.count for e in ev if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
     gpu_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in ev) / args.steps
-    print(f"# {args.model} ({info.get('weights')}, norms {'compiled' if args.compile_norms else 'eager'}), {dev}, {doc.num_tokens} KV tokens, {len(pages)} pages "
+    print(f"# {args.model} ({info.get('weights')}), {dev}, {doc.num_tokens} KV tokens, {len(pages)} pages "
           f"({100 * len(pages) / doc.num_pages:.0f}%), prompt {args.prompt} tokens")
     base_p, base_d = wall["eager"]
     for mode in modes:

@@ -170,7 +170,6 @@ class LocalEngine(Engine):
         page_loader: PageLoader | None = None,
         kernel_impl: str = "auto",
         query_mode: str = "auto",
-        compile_norms: bool = False,
     ):
         if not isinstance(model, LoadedModel):
             if dtype is None:
@@ -184,7 +183,6 @@ class LocalEngine(Engine):
             max_context_tokens=max_context_tokens,
             kernel_impl=kernel_impl,
             query_mode=query_mode,
-            compile_norms=compile_norms,
         )
         self.tokenizer = model.tokenizer
         self.model_id = model.model_id

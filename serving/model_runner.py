@@ -179,7 +179,6 @@ class ModelRunner:
         kernel_impl: str = "auto",
         query_mode: str = "auto",
         static_tail_tokens: int = 2048,
-        compile_norms: bool = False,
     ):
         if query_mode not in QUERY_MODES:
             raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {query_mode!r}")
@@ -207,10 +206,6 @@ class ModelRunner:
             query_mode = "graph" if self.device.type == "cuda" else "eager"
         self.query_mode = query_mode
         self.static_tail_tokens = static_tail_tokens
-        if compile_norms:
-            from serving.fusion import compile_norms as _compile
-
-            _compile(self.model)
 
     # ------------------------------------------------------------------ helpers
     def _hidden(self, ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
