@@ -232,7 +232,7 @@ class LocalEngine(Engine):
 
     def cached_bytes(self) -> int:
         with self._lock:
-            return sum(d.kv_bytes() for d in self._docs.values())
+            return sum(d.device_bytes() for d in self._docs.values())
 
     def _insert(self, context_id: str, kv: DocKV) -> None:
         with self._lock:
@@ -242,12 +242,12 @@ class LocalEngine(Engine):
 
     def _evict(self) -> None:
         # Unpinned contexts go first, least recently used first; pinned ones stay.
-        total = sum(d.kv_bytes() for d in self._docs.values())
+        total = sum(d.device_bytes() for d in self._docs.values())
         for cid in list(self._docs):
             if total <= self.device_cache_bytes:
                 break
             if self._pins.get(cid, 0) == 0 and len(self._docs) > 1:
-                total -= self._docs.pop(cid).kv_bytes()
+                total -= self._docs.pop(cid).device_bytes()
 
     def _from_store(self, num_tokens, pages, window, token_ids) -> DocKV:
         kv = DocKV.from_tensors(

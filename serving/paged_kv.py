@@ -98,6 +98,10 @@ class DocKV:
         window = sum(t.numel() * t.element_size() for t in (*self.window_k.values(), *self.window_v.values()))
         return paged + window
 
+    def device_bytes(self) -> int:
+        """KV bytes plus the static query buffers kept with this document (not graph pools)."""
+        return self.kv_bytes() + sum(qs.nbytes() for qs in self.query_slots.values())
+
     # -- store exchange -------------------------------------------------------------
     def page_tensor(self, i: int) -> torch.Tensor:
         """(L_global, 2, P, Hkv, D) the store's unit for page i."""

@@ -130,6 +130,11 @@ class QuerySlots:
         self.failed: dict[int, str] = {}  # bucket -> why its capture failed (it then runs eagerly)
         self.pool = None  # one memory pool for all of this set's graphs (they never run at once)
 
+    def nbytes(self) -> int:
+        """Bytes of the preallocated buffers (the graphs' memory pool is not counted)."""
+        bufs = [*self.tail_k.values(), *self.tail_v.values(), *self.win_k.values(), *self.win_v.values()]
+        return sum(t.numel() * t.element_size() for t in bufs)
+
     # ------------------------------------------------------------------ binding
     def bind(self, tail: QueryTail) -> None:
         """Give these slots to a fresh tail; any tail bound before becomes stale."""

@@ -127,3 +127,17 @@ def test_bad_pages_rejected_before_anything_is_written(pair):
 def test_bad_modes():
     with pytest.raises(ValueError, match="query_mode"):
         ModelRunner.__init__(object.__new__(ModelRunner), None, query_mode="fast")
+
+
+def test_slot_buffers_are_counted_and_bounded(pair):
+    _, static = pair
+    doc = static.prefill(_ids(840, 16), progress=False)  # 53 pages of 16
+    assert doc.device_bytes() == doc.kv_bytes()
+    widths = []
+    for m in (10, 17, 20, 30, 40, 50):  # table widths 16, 18, 20, 30, 40, 52
+        static.extend(doc, static.new_tail(doc), [5], list(range(m)))
+        widths.append(table_width(m))
+    assert len(set(widths)) == 6
+    assert list(doc.query_slots) == widths[-4:]  # at most 4 sets per document, least recent dropped
+    per = next(iter(doc.query_slots.values())).nbytes()
+    assert per > 0 and doc.device_bytes() == doc.kv_bytes() + per * len(doc.query_slots)
