@@ -20,12 +20,14 @@ def test_session_bench_tiny_cpu(tmp_path):
         "--agents", "2", "--questions", "1", "--decode-tokens", "3",
         "--page-size", "64", "--prefill-chunk", "256", "--recent-tokens", "64",
         "--kernel-reps", "4", "--no-alarm", "--no-probe", "--out", str(tmp_path),
+        "--query-mode", "static",  # the CUDA-graph path's static forwards, run eagerly on CPU
     ])
     res = json.loads((tmp_path / "bench_session.json").read_text())
     assert (tmp_path / "bench_session.md").read_text().count("| tiny-gemma3 |") >= 5
 
     m = res["models"]["tiny-gemma3"]
     assert m["random"] is True and "oracle+random" in m["selection"]
+    assert m["query_mode"] == "static"
     size = m["sizes"][str(1024)]
     assert size["tokens"] == 1024 and size["queries"] == 2
     peers = size["peers"]
