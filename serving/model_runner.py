@@ -32,10 +32,16 @@ from transformers.masking_utils import AttentionMaskInterface
 from kernels import attend_selected, merge_attention
 from kernels.positional import full_attention_lse, masked_attention_lse
 from serving.model_loader import LoadedModel
+from serving.paged_kv import DocKV, LayerLayout, QueryTail
+from serving.static_query import (
+    BUCKETS,
+    QuerySlots,
+    StaticStep,
+    static_attention,
+    table_width,
+)
 from serving.tokenize import stop_token_ids
 from serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
-from serving.paged_kv import DocKV, LayerLayout, QueryTail
-from serving.static_query import BUCKETS, QuerySlots, StaticStep, static_attention, table_width
 
 __all__ = ["ModelRunner", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES"]
 
