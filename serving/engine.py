@@ -227,6 +227,7 @@ class LocalEngine(Engine):
     def describe(self) -> dict:
         r = self.runner
         return {"engine": self.kind, "device": str(r.device), "dtype": str(r.dtype).replace("torch.", ""),
+                "query_mode": r.query_mode,
                 "kv_bytes_per_token": r.layout.kv_bytes_per_token(r.dtype), "cached_contexts": len(self._docs),
                 "cached_bytes": self.cached_bytes()}
 

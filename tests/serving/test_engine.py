@@ -79,3 +79,24 @@ def test_device_cache_evicts_lru_but_not_pinned(engine):
     small.prefill("a", small.tokenize_document(DOC), progress=False)
     small.prefill("b", small.tokenize_document(DOC), progress=False)
     assert not small.holds("a") and small.holds("b")
+
+
+def test_static_query_mode_gives_the_eager_engines_results(engine):
+    """The engine's generate (with stop strings and streaming) and option scoring (forked
+    tails) through static query slots, the CUDA-graph path's forwards, run eagerly on CPU."""
+    static = LocalEngine(engine.runner.loaded, page_size=16, prefill_chunk_tokens=32, query_mode="static")
+    assert static.describe()["query_mode"] == "static" and engine.describe()["query_mode"] == "eager"
+    doc = engine.tokenize_document(DOC)
+    for e in (engine, static):
+        e.prefill("s1", doc, progress=False)
+    for pages in (None, (0, 2, 4)):
+        req = GenerateRequest("s1", "Question: what?", pages=pages, max_new_tokens=12)
+        want, got = engine.generate(req), static.generate(req)
+        assert got.token_ids == want.token_ids and got.text == want.text
+        assert "".join(static.stream(req)) == want.text
+    sreq = ScoreRequest("s1", " Risk:", (" low", " high", " medium risk"))
+    for a, b in zip(engine.score(sreq), static.score(sreq)):
+        assert abs(a - b) < 1e-4
+    kv = static._docs["s1"]
+    # the device-cache budget sees the slot buffers too
+    assert kv.query_slots and static.cached_bytes() > sum(d.kv_bytes() for d in static._docs.values())
