@@ -64,3 +64,29 @@ def test_cuda_graph_queries_match_eager(family, dtype, tmp_path):
     slots = list(doc.query_slots.values())
     assert slots and not any(s.failed for s in slots)
     assert all({1, 16} <= set(s.graphs) for s in slots), [sorted(s.graphs) for s in slots]
+
+
+def test_engine_on_cuda_graphs_matches_eager_engine(tmp_path):
+    """LocalEngine's generate / stream / score (forked tails) with CUDA-graph queries (the
+    default on CUDA) against the same engine run eagerly."""
+    from serving.engine import LocalEngine
+    from serving.types import GenerateRequest, ScoreRequest
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    loaded = load_model(make_tiny_checkpoint("gemma3_text", tmp_path), dtype=torch.float32, device="cuda")
+    graph = LocalEngine(loaded, page_size=16, prefill_chunk_tokens=32)
+    eager = LocalEngine(loaded, page_size=16, prefill_chunk_tokens=32, query_mode="eager")
+    assert graph.describe()["query_mode"] == "graph"
+    doc = graph.tokenize_document("The supplier shall deliver 40 crates of apples every Monday. " * 4)
+    for e in (graph, eager):
+        e.prefill("c", doc, progress=False)
+    for pages in (None, (0, 3, 5), (1, 3, 5)):
+        req = GenerateRequest("c", "Question: what?", pages=pages, max_new_tokens=12)
+        want, got = eager.generate(req), graph.generate(req)
+        assert got.token_ids == want.token_ids, pages
+        assert "".join(graph.stream(req)) == want.text
+    sreq = ScoreRequest("c", " Risk:", (" low", " high", " medium risk"))
+    for a, b in zip(eager.score(sreq), graph.score(sreq)):
+        assert abs(a - b) < 1e-3
+    slots = graph._docs["c"].query_slots
+    assert slots and all(s.graphs and not s.failed for s in slots.values())
