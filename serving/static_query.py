@@ -129,11 +129,14 @@ class QuerySlots:
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self.failed: dict[int, str] = {}  # bucket -> why its capture failed (it then runs eagerly)
         self.pool = None  # one memory pool for all of this set's graphs (they never run at once)
+        # Growth of reserved device memory across captures: the pool's segments, an upper
+        # bound (the engine serialises forwards, so nothing else allocates meanwhile).
+        self.graph_bytes = 0
 
     def nbytes(self) -> int:
-        """Bytes of the preallocated buffers (the graphs' memory pool is not counted)."""
+        """Bytes of the preallocated buffers plus device memory reserved while capturing graphs."""
         bufs = [*self.tail_k.values(), *self.tail_v.values(), *self.win_k.values(), *self.win_v.values()]
-        return sum(t.numel() * t.element_size() for t in bufs)
+        return sum(t.numel() * t.element_size() for t in bufs) + self.graph_bytes
 
     # ------------------------------------------------------------------ binding
     def bind(self, tail: QueryTail) -> None:
@@ -194,6 +197,8 @@ class QuerySlots:
         graph = torch.cuda.CUDAGraph()
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
+        dev = self.inputs.device
+        before = torch.cuda.memory_reserved(dev)
         try:
             with torch.cuda.graph(graph, pool=self.pool):
                 hidden, logits = self._forward(tb)
@@ -203,6 +208,7 @@ class QuerySlots:
                         tb, type(exc).__name__, exc)
             return
         self.graphs[tb] = (graph, hidden, logits)
+        self.graph_bytes += max(0, torch.cuda.memory_reserved(dev) - before)
 
     def run(self, tail: QueryTail, ids: list[int], all_logits: bool) -> torch.Tensor:
         """Append ids to a bound tail. Returns last-token logits (vocab,) or (T, vocab) with all_logits."""
