@@ -6,15 +6,23 @@ layers. Returning the log-sum-exp lets the caller merge the result exactly with 
 page-selected partial (``kernels.merge``).
 
 Keys are processed in blocks so memory stays O(Tq x block) even when a prefill
-chunk attends to a million earlier tokens. On CUDA, the unmasked case goes through
-PyTorch's fused flash kernel, which also returns the LSE.
+chunk attends to a million earlier tokens. The unmasked and the square causal case
+go through PyTorch's fused flash kernel (CUDA, or its CPU flash kernel), which also
+returns the LSE. Sliding-window prefill (no LSE needed) goes band by band through
+SDPA with a small mask: a block of W queries only ever sees 2W - 1 keys.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["masked_attention_lse", "masked_attention_with_mask", "full_attention_lse"]
+__all__ = [
+    "full_attention_lse",
+    "masked_attention_lse",
+    "masked_attention_with_mask",
+    "sliding_window_attention",
+    "window_attention",
+]
 
 _KEY_BLOCK = 4096
 
@@ -73,8 +81,8 @@ def masked_attention_lse(
     Passing the same tensor as q_pos and k_pos (a chunk attending to itself) enables
     the fused causal kernel on CUDA.
     """
-    if q.is_cuda and window is None and not softcap and q_pos is k_pos:
-        res = _cuda_causal_lse(q, k, v, scale)
+    if window is None and not softcap and q_pos is k_pos:
+        res = _causal_lse(q, k, v, scale)
         if res is not None:
             return res
     tq, hq, d = q.shape
@@ -115,17 +123,87 @@ def masked_attention_with_mask(
     return out.to(q.dtype), lse
 
 
+def window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, softcap: float | None = None
+) -> torch.Tensor:
+    """Attention with a visibility mask through SDPA, without the LSE (sliding layers need none).
+
+    q: (Tq, Hq, D); k, v: (Tk, Hkv, D); mask: (Tq, Tk) bool, every row with >= 1 visible key.
+    Returns (Tq, Hq, D) in q.dtype. Softcapped models take the explicit fp32 path.
+    """
+    if softcap:
+        return masked_attention_with_mask(q, k, v, mask, scale, softcap)[0]
+    tq, hq, d = q.shape
+    hkv = k.shape[1]
+    g = hq // hkv
+    # GQA without repeating keys: fold the g query heads of a KV head into the query axis;
+    # the mask rows repeat to match ((token, group) order).
+    qf = q.view(tq, hkv, g, d).permute(1, 0, 2, 3).reshape(1, hkv, tq * g, d)
+    m = mask.repeat_interleave(g, dim=0) if g > 1 else mask
+    out = torch.nn.functional.scaled_dot_product_attention(
+        qf, k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), attn_mask=m, scale=scale
+    )
+    return out[0].view(hkv, tq, g, d).permute(1, 0, 2, 3).reshape(tq, hq, d)
+
+
+def sliding_window_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_start: int,
+    k_start: int,
+    scale: float,
+    window: int,
+    softcap: float | None = None,
+    block: int | None = None,
+) -> torch.Tensor:
+    """Causal sliding-window attention of consecutive queries over consecutive keys (no LSE).
+
+    q: (Tq, Hq, D) at positions q_start, q_start + 1, ...; k, v: (Tk, Hkv, D) at positions
+    k_start, ... ending with the queries (k_start + Tk == q_start + Tq). Key j is visible to
+    query i iff i - W < j <= i. Queries go in blocks of ``block`` (default W); a block reads
+    only keys [block_start - W + 1, block_end), so the work is O(Tq x W), not O(Tq x Tk).
+    Positions are host ints, so nothing here syncs a GPU.
+    """
+    tq = q.shape[0]
+    if k_start + k.shape[0] != q_start + tq or k_start > q_start:
+        raise ValueError(f"keys [{k_start}, {k_start + k.shape[0]}) must end with the queries "
+                         f"[{q_start}, {q_start + tq}) and start no later")
+    bq = block or window
+    outs = []
+    for s in range(0, tq, bq):
+        e = min(tq, s + bq)
+        lo = max(0, q_start + s - window + 1 - k_start)
+        hi = q_start + e - k_start
+        kp = torch.arange(k_start + lo, k_start + hi, device=q.device)
+        qp = torch.arange(q_start + s, q_start + e, device=q.device)
+        mask = (kp[None] <= qp[:, None]) & (kp[None] > qp[:, None] - window)
+        outs.append(window_attention(q[s:e], k[lo:hi], v[lo:hi], mask, scale, softcap))
+    return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+
+def _fused_dtype_ok(q) -> bool:
+    # CUDA's flash kernel takes half types only; the CPU flash kernel also fp32.
+    ok = (torch.float16, torch.bfloat16) if q.is_cuda else (torch.float32, torch.bfloat16)
+    return q.dtype in ok and q.shape[-1] <= 256
+
+
 def _flash_op(q, k, v, scale, causal):
-    """torch's fused flash kernel on (1, H, T, D) inputs; returns (out, lse) or None if refused."""
+    """torch's fused flash kernel (CUDA or CPU) on (1, H, T, D) inputs; (out, lse) or None if refused."""
     try:
-        res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+        if q.is_cuda:
+            res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+        elif q.device.type == "cpu":
+            res = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+        else:
+            return None
     except RuntimeError:
         return None
     return res[0], res[1]
 
 
-def _cuda_flash_lse(q, k, v, scale):
-    """Unmasked flash attention on CUDA with its LSE; None when the op refuses the inputs.
+def _flash_lse(q, k, v, scale):
+    """Unmasked flash attention with its LSE; None when the op refuses the inputs.
 
     GQA without repeating keys: with no mask, query order is irrelevant, so the
     g query heads sharing a KV head are folded into the query length:
@@ -133,7 +211,7 @@ def _cuda_flash_lse(q, k, v, scale):
     """
     tq, hq, d = q.shape
     hkv = k.shape[1]
-    if q.dtype not in (torch.float16, torch.bfloat16) or d > 256:
+    if not _fused_dtype_ok(q):
         return None
     g = hq // hkv
     qf = q.view(tq, hkv, g, d).permute(1, 0, 2, 3).reshape(1, hkv, tq * g, d)
@@ -146,10 +224,10 @@ def _cuda_flash_lse(q, k, v, scale):
     return out, lse
 
 
-def _cuda_causal_lse(q, k, v, scale):
-    """Square causal attention (queries == keys, same positions) on CUDA; None if refused."""
+def _causal_lse(q, k, v, scale):
+    """Square causal attention (queries == keys, same positions), fused; None if refused."""
     tq, hq, d = q.shape
-    if q.dtype not in (torch.float16, torch.bfloat16) or d > 256 or k.shape[0] != tq:
+    if not _fused_dtype_ok(q) or k.shape[0] != tq:
         return None
     g = hq // k.shape[1]
     kr = k.repeat_interleave(g, dim=1) if g > 1 else k  # only the chunk's own keys: small
@@ -170,8 +248,8 @@ def full_attention_lse(
     """
     if k.shape[0] == 0:
         return torch.zeros_like(q), torch.full(q.shape[:2], float("-inf"), device=q.device)
-    if q.is_cuda and not softcap:
-        res = _cuda_flash_lse(q, k, v, scale)
+    if not softcap:
+        res = _flash_lse(q, k, v, scale)
         if res is not None:
             return res
     tq, hq, d = q.shape

@@ -30,7 +30,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
 from kernels import attend_selected, merge_attention
-from kernels.positional import full_attention_lse, masked_attention_lse
+from kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
 from serving.model_loader import LoadedModel
 from serving.paged_kv import DocKV, LayerLayout, QueryTail
 from serving.static_query import (
@@ -113,10 +113,16 @@ def _sliding(step, layer, q, k, v, scale, softcap, window):
     else:
         keys = k if wk is None else torch.cat([wk, k])
         vals = v if wk is None else torch.cat([doc.window_v[layer], v])
-        kpos = step.positions if wk is None else torch.cat([doc.window_pos, step.positions])
         # Only the last W tokens can ever be seen again by a sliding layer.
         doc.window_k[layer] = keys[-window:].clone()
         doc.window_v[layer] = vals[-window:].clone()
+        if q.device.type == "cpu":
+            # Band by band through SDPA: ~3x faster on CPU than the square fp32 path. CUDA keeps
+            # the square path until the banded one is measured on a GPU.
+            q_start = step.first_page * doc.page_size
+            return sliding_window_attention(q, keys, vals, q_start, q_start + k.shape[0] - keys.shape[0], scale,
+                                            window, softcap)
+        kpos = step.positions if wk is None else torch.cat([doc.window_pos, step.positions])
     out, _ = masked_attention_lse(q, keys, vals, step.positions, kpos, scale, window=window, softcap=softcap)
     return out
 

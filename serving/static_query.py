@@ -35,10 +35,9 @@ import logging
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from kernels import attend_selected, merge_attention
-from kernels.positional import masked_attention_with_mask
+from kernels.positional import masked_attention_with_mask, window_attention
 from serving.paged_kv import DocKV, QueryTail
 
 __all__ = ["QuerySlots", "StaticStep", "TailBinding", "static_attention", "bucket_for", "table_width", "BUCKETS"]
@@ -254,7 +253,7 @@ def static_attention(step: StaticStep, layer: int, q, k, v, scale: float, softca
         dst = step.slots + qs.wt
         keys.index_copy_(0, dst, k)
         vals.index_copy_(0, dst, v)
-        return _window_attention(q, keys, vals, step.win_mask, scale, softcap)
+        return window_attention(q, keys, vals, step.win_mask, scale, softcap)
     tk, tv = qs.tail_k[layer], qs.tail_v[layer]
     tk.index_copy_(0, step.slots, k)
     tv.index_copy_(0, step.slots, v)
@@ -265,20 +264,3 @@ def static_attention(step: StaticStep, layer: int, q, k, v, scale: float, softca
     o_tail, l_tail = masked_attention_with_mask(q, tk, tv, step.tail_mask, scale, softcap)
     out, _ = merge_attention(o_pages[0], l_pages[0], o_tail, l_tail)
     return out.to(q.dtype)
-
-
-def _window_attention(q, keys, vals, mask, scale, softcap) -> torch.Tensor:
-    """Sliding-layer attention over [document window | tail] with a positional mask (no LSE needed)."""
-    if softcap:
-        return masked_attention_with_mask(q, keys, vals, mask, scale, softcap)[0]
-    tq, hq, d = q.shape
-    hkv = keys.shape[1]
-    g = hq // hkv
-    # GQA without repeating keys: fold the g query heads of a KV head into the query axis;
-    # the mask rows repeat to match ((token, group) order).
-    qf = q.view(tq, hkv, g, d).permute(1, 0, 2, 3).reshape(1, hkv, tq * g, d)
-    m = mask.repeat_interleave(g, dim=0) if g > 1 else mask
-    out = F.scaled_dot_product_attention(
-        qf, keys.transpose(0, 1).unsqueeze(0), vals.transpose(0, 1).unsqueeze(0), attn_mask=m, scale=scale
-    )
-    return out[0].view(hkv, tq, g, d).permute(1, 0, 2, 3).reshape(tq, hq, d)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernels.merge import merge_attention
-from kernels.positional import full_attention_lse, masked_attention_lse
+from kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
 
 
 def _dense(q, k, v, mask, scale):
@@ -79,3 +79,49 @@ def test_cuda_fused_paths_match_reference(hq, hkv, d):
         err = (o.float().cpu() - ref[0]).norm() / ref[0].norm()
         assert err < 1e-2  # bf16 operands
         assert (l.cpu() - ref[1]).abs().max() < 5e-2
+
+
+@pytest.mark.parametrize("hq,hkv", [(4, 1), (8, 2)])
+@pytest.mark.parametrize("window,n_prev,t,block", [(16, 0, 50, None), (16, 16, 50, None), (16, 7, 40, 5),
+                                                   (64, 64, 30, None), (8, 8, 8, 3)])
+def test_sliding_window_bands_match_dense(hq, hkv, window, n_prev, t, block):
+    """Band-by-band sliding attention (prefill) equals the dense masked reference."""
+    torch.manual_seed(3)
+    d, start = 16, 100
+    q = torch.randn(t, hq, d)
+    k, v = torch.randn(n_prev + t, hkv, d), torch.randn(n_prev + t, hkv, d)
+    qpos = torch.arange(start, start + t)
+    kpos = torch.arange(start - n_prev, start + t)
+    mask = (kpos[None] <= qpos[:, None]) & (kpos[None] > qpos[:, None] - window)
+    ref, _ = _dense(q, k, v, mask.unsqueeze(0).expand(hq, -1, -1), 0.25)
+    got = sliding_window_attention(q, k, v, start, start - n_prev, 0.25, window, block=block)
+    torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=0)
+    # softcap takes the explicit path and agrees with the square masked one
+    capped = sliding_window_attention(q, k, v, start, start - n_prev, 0.25, window, softcap=2.0, block=block)
+    square, _ = masked_attention_lse(q, k, v, qpos, kpos, 0.25, window=window, softcap=2.0)
+    torch.testing.assert_close(capped, square, atol=1e-5, rtol=0)
+
+
+def test_sliding_window_rejects_misaligned_keys():
+    q, k = torch.randn(4, 2, 8), torch.randn(6, 1, 8)
+    with pytest.raises(ValueError, match="must end with the queries"):
+        sliding_window_attention(q, k, k, 10, 5, 0.3, 4)
+
+
+@pytest.mark.parametrize("hq,hkv", [(4, 1), (8, 2)])
+def test_fused_cpu_paths_match_dense(hq, hkv):
+    """Full (prefix) and square causal attention through the fused kernel, with their LSE."""
+    torch.manual_seed(4)
+    d, n_prev, t = 32, 300, 40
+    q = torch.randn(t, hq, d)
+    k, v = torch.randn(n_prev + t, hkv, d), torch.randn(n_prev + t, hkv, d)
+    pos = torch.arange(n_prev, n_prev + t)
+    o, l = full_attention_lse(q, k[:n_prev], v[:n_prev], 0.2)
+    ro, rl = _dense(q, k[:n_prev], v[:n_prev], torch.ones(hq, t, n_prev, dtype=torch.bool), 0.2)
+    torch.testing.assert_close(o.double(), ro, atol=1e-5, rtol=0)
+    torch.testing.assert_close(l.double(), rl, atol=1e-5, rtol=0)
+    o, l = masked_attention_lse(q, k[n_prev:], v[n_prev:], pos, pos, 0.2)
+    causal = pos[None] <= pos[:, None]
+    ro, rl = _dense(q, k[n_prev:], v[n_prev:], causal.unsqueeze(0).expand(hq, -1, -1), 0.2)
+    torch.testing.assert_close(o.double(), ro, atol=1e-5, rtol=0)
+    torch.testing.assert_close(l.double(), rl, atol=1e-5, rtol=0)
