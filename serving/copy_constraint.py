@@ -8,8 +8,6 @@ where it ends (by preferring a closing token such as a quote mark or newline).
 
 from __future__ import annotations
 
-import torch
-
 __all__ = ["CopyConstraint"]
 
 
@@ -35,15 +33,13 @@ class CopyConstraint:
         for a, b in self.allowed:
             self._inside.update(range(a, b))
 
-    def mask(self, logits: torch.Tensor) -> torch.Tensor:
-        """Logits with every disallowed token set to -inf."""
+    def allowed_ids(self) -> list[int]:
+        """Sorted token ids the next step may take: continuations of the candidate spans, plus
+        the end tokens once the quote is long enough and may end here."""
         ids = {self.doc[i] for i in self.cands}
         if not ids or (self.count >= self.min_tokens and any(self.end_ok(j) for j in self.cands)):
             ids |= self.end_ids
-        idx = torch.tensor(sorted(ids), dtype=torch.long, device=logits.device)
-        out = torch.full_like(logits, float("-inf"))
-        out[idx] = logits[idx]
-        return out
+        return sorted(ids)
 
     def advance(self, token: int) -> bool:
         """Consume a token; False when the quote has ended (end token or no continuation)."""

@@ -332,16 +332,21 @@ class LocalEngine(Engine):
         text, emitted, finish = "", 0, "length"
         ttft = None
         copy = self._copy_constraint(kv, req.copy_pages or pages) if req.constraint == "copy" else None
+        # Under a copy constraint only the allowed tokens' logits are computed (runner.logits_for):
+        # argmax / sampling over them equals it over the full masked vector.
+        want = copy.allowed_ids() if copy is not None else None
         with self._forward_lock:
-            logits = runner.extend(kv, tail, prompt_ids, pages)
+            logits = runner.extend(kv, tail, prompt_ids, pages, logit_ids=want or None)
             for _ in range(req.max_new_tokens):
-                if copy is not None:
-                    logits = copy.mask(logits)
+                if want is not None and not want:
+                    finish = "stop"  # nothing may follow: the quote cannot start or continue
+                    break
                 if req.temperature <= 0:
-                    nxt = int(torch.argmax(logits))
+                    pick = int(torch.argmax(logits))
                 else:
                     probs = torch.softmax(logits.float().cpu() / req.temperature, dim=-1)
-                    nxt = int(torch.multinomial(probs, 1, generator=gen))
+                    pick = int(torch.multinomial(probs, 1, generator=gen))
+                nxt = want[pick] if want is not None else pick
                 if ttft is None:
                     ttft = time.perf_counter() - t0
                 if nxt in stop_ids:
@@ -364,7 +369,8 @@ class LocalEngine(Engine):
                     if safe > emitted:
                         on_text(text[emitted:safe])
                         emitted = safe
-                logits = runner.extend(kv, tail, [nxt], pages)
+                want = copy.allowed_ids() if copy is not None else None
+                logits = runner.extend(kv, tail, [nxt], pages, logit_ids=want or None)
         if on_text is not None and len(text) > emitted:
             on_text(text[emitted:])
         total = time.perf_counter() - t0

@@ -232,6 +232,23 @@ class ModelRunner:
             _STEP.reset(token)
         return out.last_hidden_state[0]  # (T, hidden)
 
+    def logits_for(self, hidden_row: torch.Tensor, ids: list[int]) -> torch.Tensor:
+        """Logits of only the given token ids, (len(ids),) fp32, for one hidden row.
+
+        Reads len(ids) rows of the output matrix instead of all of it: for the 270M model the
+        matrix is 262K x 640 (670 MB in fp32), most of a CPU decode step's memory traffic, and
+        copy-constrained steps allow a handful of tokens.
+        """
+        head = self.model.lm_head
+        idx = torch.as_tensor(ids, dtype=torch.long, device=hidden_row.device)
+        logits = (head.weight.index_select(0, idx) @ hidden_row).float()
+        if getattr(head, "bias", None) is not None:
+            logits = logits + head.bias.index_select(0, idx).float()
+        cap = getattr(self.config, "final_logit_softcapping", None)
+        if cap:
+            logits = cap * torch.tanh(logits / cap)
+        return logits
+
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.model.lm_head(hidden).float()
         cap = getattr(self.config, "final_logit_softcapping", None)
@@ -281,19 +298,24 @@ class ModelRunner:
 
     @torch.inference_mode()
     def extend(
-        self, doc: DocKV, tail: QueryTail, token_ids, pages: list[int] | None = None, all_logits: bool = False
+        self, doc: DocKV, tail: QueryTail, token_ids, pages: list[int] | None = None, all_logits: bool = False,
+        logit_ids: list[int] | None = None,
     ) -> torch.Tensor:
         """Append tokens to a query's tail, attending to the selected pages.
 
-        Returns logits (vocab,) for the last new token, or (T, vocab) with all_logits.
+        Returns logits (vocab,) for the last new token, or (T, vocab) with all_logits, or
+        (len(logit_ids),) with logit_ids: only those tokens' logits (see logits_for).
         """
         ids = torch.as_tensor(token_ids, dtype=torch.long).view(-1)
         if ids.numel() == 0:
             raise EmptyInputError("query is empty")
+        if logit_ids is not None and (all_logits or len(logit_ids) == 0):
+            raise ValueError("logit_ids must be a non-empty list and cannot be combined with all_logits")
         if tail.static is not None or (tail.length == 0 and self.query_mode != "eager"):
             logits = self._extend_static(doc, tail, ids.tolist(), pages, all_logits)
             if logits is not None:
-                return logits
+                # The captured forward already computed every logit; pick the asked ones.
+                return logits if logit_ids is None else logits[torch.as_tensor(logit_ids, device=logits.device)]
         table, count = self.block_table(doc, pages)
         start = tail.start + tail.length
         pos = torch.arange(start, start + ids.numel(), device=self.device)
@@ -302,6 +324,8 @@ class ModelRunner:
         tail.length += ids.numel()
         if all_logits:
             return self.logits_from_hidden(hidden)
+        if logit_ids is not None:
+            return self.logits_for(hidden[-1], logit_ids)
         return self.logits_from_hidden(hidden[-1:])[0]
 
     def _extend_static(self, doc: DocKV, tail: QueryTail, ids: list[int], pages, all_logits: bool):

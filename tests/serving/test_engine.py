@@ -100,3 +100,53 @@ def test_static_query_mode_gives_the_eager_engines_results(engine):
     kv = static._docs["s1"]
     # the device-cache budget sees the slot buffers too
     assert kv.query_slots and static.cached_bytes() > sum(d.kv_bytes() for d in static._docs.values())
+
+
+def _is_span(seq, doc):
+    n = len(seq)
+    return any(doc[i : i + n] == seq for i in range(len(doc) - n + 1))
+
+
+@pytest.mark.parametrize("mode", ["eager", "static"])
+def test_copy_constraint_computes_only_allowed_logits_and_quotes_verbatim(engine, mode):
+    """Copy-constrained decoding asks the runner for the allowed tokens' logits only; the
+    tokens must equal masking the full logits, and form a span of the document."""
+    e = engine if mode == "eager" else LocalEngine(engine.runner.loaded, page_size=16, prefill_chunk_tokens=32,
+                                                   query_mode="static")
+    doc = e.tokenize_document(DOC)
+    e.prefill("q1", doc, progress=False)
+    req = GenerateRequest("q1", "Quote:", pages=(0, 1, 2), max_new_tokens=20, constraint="copy")
+    got = e.generate(req)
+    assert got.token_ids and _is_span(got.token_ids, doc.token_ids)
+
+    # reference: full logits, disallowed tokens at -inf
+    kv, runner = e._docs["q1"], e.runner
+    copy = e._copy_constraint(kv, [0, 1, 2])
+    tail = runner.new_tail(kv)
+    logits = runner.extend(kv, tail, e.tokenizer("Quote:", add_special_tokens=False)["input_ids"], [0, 1, 2])
+    want = []
+    for _ in range(20):
+        masked = torch.full_like(logits, float("-inf"))
+        ids = torch.tensor(copy.allowed_ids())
+        masked[ids] = logits[ids]
+        nxt = int(masked.argmax())
+        if nxt in runner.stop_token_ids() or not copy.advance(nxt):
+            break
+        want.append(nxt)
+        logits = runner.extend(kv, tail, [nxt], [0, 1, 2])
+    assert got.token_ids == want
+
+
+def test_logit_ids_select_rows_of_the_full_logits(engine):
+    runner = engine.runner
+    doc = engine.tokenize_document(DOC)
+    engine.prefill("q2", doc, progress=False)
+    kv = engine._docs["q2"]
+    ids = [5, 17, 99, 250]
+    full = runner.extend(kv, runner.new_tail(kv), [40, 41, 42], [0, 2])
+    part = runner.extend(kv, runner.new_tail(kv), [40, 41, 42], [0, 2], logit_ids=ids)
+    torch.testing.assert_close(part, full[ids], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="logit_ids"):
+        runner.extend(kv, runner.new_tail(kv), [40], [0], logit_ids=[])
+    with pytest.raises(ValueError, match="logit_ids"):
+        runner.extend(kv, runner.new_tail(kv), [40], [0], all_logits=True, logit_ids=[3])
