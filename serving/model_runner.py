@@ -286,14 +286,19 @@ class ModelRunner:
         return doc
 
     # ------------------------------------------------------------------ queries
-    def block_table(self, doc: DocKV, pages: list[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(1, M) int32 table of selected pages (all pages when None) and (1,) count."""
+    @staticmethod
+    def selected_pages(doc: DocKV, pages: list[int] | None) -> tuple[int, ...]:
+        """Sorted distinct page indices (all pages when None); ValueError for any out of range."""
         if pages is None:
-            pages = list(range(doc.num_pages))
+            return tuple(range(doc.num_pages))
         bad = [p for p in pages if not 0 <= p < doc.num_pages]
         if bad:
             raise ValueError(f"page indices {bad[:5]} out of range for a document of {doc.num_pages} pages")
-        table = torch.tensor(sorted(set(pages)), dtype=torch.int32, device=self.device).view(1, -1)
+        return tuple(sorted(set(pages)))
+
+    def block_table(self, doc: DocKV, pages: list[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(1, M) int32 table of selected pages (all pages when None) and (1,) count."""
+        table = torch.tensor(self.selected_pages(doc, pages), dtype=torch.int32, device=self.device).view(1, -1)
         return table, torch.tensor([table.shape[1]], dtype=torch.int32, device=self.device)
 
     @torch.inference_mode()
@@ -334,10 +339,7 @@ class ModelRunner:
         A tail moves to the eager path for good (its slots copied out) when it would outgrow
         its slots or its page set outgrows the block table width.
         """
-        sel = tuple(range(doc.num_pages)) if pages is None else tuple(sorted(set(pages)))
-        bad = [p for p in sel if not 0 <= p < doc.num_pages]
-        if bad:
-            raise ValueError(f"page indices {bad[:5]} out of range for a document of {doc.num_pages} pages")
+        sel = self.selected_pages(doc, pages)
         if tail.static is None:
             width = table_width(len(sel))
             qs = doc.query_slots.pop(width, None)  # re-inserted below: dict order is LRU order
