@@ -100,21 +100,19 @@ class QuerySlots:
         # References to the document's tensors, not to the DocKV: the DocKV owns us.
         self.k_pages, self.v_pages = doc.k_pages, doc.v_pages
         self.slot_lens = doc.slot_lens()
-        self.num_pages = doc.num_pages
         shape = (capacity, layout.num_kv_heads, layout.head_dim)
         self.tail_k = {l: torch.zeros(shape, dtype=dt, device=dev) for l in layout.global_layers}
         self.tail_v = {l: torch.zeros(shape, dtype=dt, device=dev) for l in layout.global_layers}
         self.win_k: dict[int, torch.Tensor] = {}
         self.win_v: dict[int, torch.Tensor] = {}
         self.wt = 0
-        tail_pos = torch.arange(self.start, self.start + capacity, device=dev)
-        self.tail_pos = tail_pos
-        self.win_pos = None
+        self.win_pos = None  # positions of [window | tail slots] for the sliding layers' mask
         if layout.sliding_layers:
             self.wt = int(doc.window_pos.numel())
             for l in layout.sliding_layers:
                 self.win_k[l] = torch.cat([doc.window_k[l], torch.zeros(shape, dtype=dt, device=dev)])
                 self.win_v[l] = torch.cat([doc.window_v[l], torch.zeros(shape, dtype=dt, device=dev)])
+            tail_pos = torch.arange(self.start, self.start + capacity, device=dev)
             self.win_pos = torch.cat([doc.window_pos.to(dev), tail_pos])
         tmax = BUCKETS[-1]
         self.tmax = tmax
