@@ -197,7 +197,9 @@ class QuerySlots:
         dev = self.inputs.device
         before = torch.cuda.memory_reserved(dev)
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
+            # thread_local: in a replica, other threads (store loads, the HTTP side) may use
+            # CUDA while this one captures; "global" would turn their calls into errors.
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 hidden, logits = self._forward(tb)
         except Exception as exc:  # noqa: BLE001 - any capture failure: stay correct, run eagerly
             self.failed[tb] = f"{type(exc).__name__}: {exc}"
