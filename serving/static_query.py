@@ -191,12 +191,12 @@ class QuerySlots:
         return hidden, logits
 
     def _capture(self, tb: int) -> None:
-        graph = torch.cuda.CUDAGraph()
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
         dev = self.inputs.device
-        before = torch.cuda.memory_reserved(dev)
         try:
+            graph = torch.cuda.CUDAGraph()
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            before = torch.cuda.memory_reserved(dev)
             # thread_local: in a replica, other threads (store loads, the HTTP side) may use
             # CUDA while this one captures; "global" would turn their calls into errors.
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):

@@ -141,3 +141,22 @@ def test_slot_buffers_are_counted_and_bounded(pair):
     assert list(doc.query_slots) == widths[-4:]  # at most 4 sets per document, least recent dropped
     per = next(iter(doc.query_slots.values())).nbytes()
     assert per > 0 and doc.device_bytes() == doc.kv_bytes() + per * len(doc.query_slots)
+
+
+def test_failed_capture_falls_back_to_the_static_forward(pair, caplog):
+    """A capture that cannot happen (here: no CUDA at all) is recorded once, logged, and the
+    bucket keeps running the static forward eagerly with the same results."""
+    eager, static = pair
+    doc = eager.prefill(_ids(60, 20), progress=False)
+    static.query_mode = "graph"  # bypasses the constructor's CUDA check on purpose
+    try:
+        te, tg = eager.new_tail(doc), static.new_tail(doc)
+        with caplog.at_level("WARNING", logger="serving.static_query"):
+            for step in ([7, 8, 9], [10], [11]):
+                torch.testing.assert_close(static.extend(doc, tg, step, [0, 2]), eager.extend(doc, te, step, [0, 2]),
+                                           atol=FP32_ATOL, rtol=0)
+    finally:
+        static.query_mode = "static"
+    qs = tg.static.slots
+    assert not qs.graphs and set(qs.failed) == {1, 8}
+    assert sum("capture" in r.getMessage() for r in caplog.records) == 2  # once per bucket, not per step
