@@ -123,6 +123,20 @@ def masked_attention_with_mask(
     return out.to(q.dtype), lse
 
 
+def _fold_gqa(q: torch.Tensor, hkv: int) -> torch.Tensor:
+    """(Tq, Hkv*g, D) -> (1, Hkv, Tq*g, D): the g query heads sharing a KV head become query
+    rows in (token, group) order, so GQA needs no repeated keys."""
+    tq, hq, d = q.shape
+    return q.view(tq, hkv, hq // hkv, d).permute(1, 0, 2, 3).reshape(1, hkv, -1, d)
+
+
+def _unfold_gqa(x: torch.Tensor, tq: int) -> torch.Tensor:
+    """Inverse of _fold_gqa for (1, Hkv, Tq*g, ...) results: -> (Tq, Hkv*g, ...)."""
+    hkv, rest = x.shape[1], x.shape[3:]
+    y = x[0].view(hkv, tq, -1, *rest).transpose(0, 1)
+    return y.reshape(tq, -1, *rest)
+
+
 def window_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, softcap: float | None = None
 ) -> torch.Tensor:
@@ -133,17 +147,15 @@ def window_attention(
     """
     if softcap:
         return masked_attention_with_mask(q, k, v, mask, scale, softcap)[0]
-    tq, hq, d = q.shape
+    tq, hq, _ = q.shape
     hkv = k.shape[1]
     g = hq // hkv
-    # GQA without repeating keys: fold the g query heads of a KV head into the query axis;
-    # the mask rows repeat to match ((token, group) order).
-    qf = q.view(tq, hkv, g, d).permute(1, 0, 2, 3).reshape(1, hkv, tq * g, d)
+    # Mask rows repeat to match the folded (token, group) query rows.
     m = mask.repeat_interleave(g, dim=0) if g > 1 else mask
     out = torch.nn.functional.scaled_dot_product_attention(
-        qf, k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), attn_mask=m, scale=scale
+        _fold_gqa(q, hkv), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), attn_mask=m, scale=scale
     )
-    return out[0].view(hkv, tq, g, d).permute(1, 0, 2, 3).reshape(tq, hq, d)
+    return _unfold_gqa(out, tq)
 
 
 def sliding_window_attention(
@@ -209,19 +221,15 @@ def _flash_lse(q, k, v, scale):
     g query heads sharing a KV head are folded into the query length:
     (Tq, Hkv*g, D) -> (1, Hkv, Tq*g, D) against keys (1, Hkv, Tk, D).
     """
-    tq, hq, d = q.shape
-    hkv = k.shape[1]
     if not _fused_dtype_ok(q):
         return None
-    g = hq // hkv
-    qf = q.view(tq, hkv, g, d).permute(1, 0, 2, 3).reshape(1, hkv, tq * g, d)
-    res = _flash_op(qf, k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), scale, False)
+    tq = q.shape[0]
+    res = _flash_op(_fold_gqa(q, k.shape[1]), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
+                    scale, False)
     if res is None:
         return None
     out, lse = res
-    out = out[0].view(hkv, tq, g, d).permute(1, 0, 2, 3).reshape(tq, hq, d)
-    lse = lse[0].view(hkv, tq, g).permute(1, 0, 2).reshape(tq, hq).float()
-    return out, lse
+    return _unfold_gqa(out, tq), _unfold_gqa(lse, tq).float()
 
 
 def _causal_lse(q, k, v, scale):

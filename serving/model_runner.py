@@ -244,17 +244,14 @@ class ModelRunner:
         logits = (head.weight.index_select(0, idx) @ hidden_row).float()
         if getattr(head, "bias", None) is not None:
             logits = logits + head.bias.index_select(0, idx).float()
-        cap = getattr(self.config, "final_logit_softcapping", None)
-        if cap:
-            logits = cap * torch.tanh(logits / cap)
-        return logits
+        return self._final_softcap(logits)
 
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.model.lm_head(hidden).float()
+        return self._final_softcap(self.model.lm_head(hidden).float())
+
+    def _final_softcap(self, logits: torch.Tensor) -> torch.Tensor:
         cap = getattr(self.config, "final_logit_softcapping", None)
-        if cap:
-            logits = cap * torch.tanh(logits / cap)
-        return logits
+        return cap * torch.tanh(logits / cap) if cap else logits
 
     # ------------------------------------------------------------------ prefill
     @torch.inference_mode()

@@ -99,7 +99,7 @@ class DocKV:
         return paged + window
 
     def device_bytes(self) -> int:
-        """KV bytes plus the static query buffers kept with this document (not graph pools)."""
+        """KV bytes plus the static query buffers and graph memory kept with this document."""
         return self.kv_bytes() + sum(qs.nbytes() for qs in self.query_slots.values())
 
     # -- store exchange -------------------------------------------------------------
