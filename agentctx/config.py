@@ -33,6 +33,9 @@ class ModelConfig(_Strict):
     query_mode: Literal["auto", "eager", "static", "graph"] = Field(
         "auto", description="Query forwards of the local engine: graph = static shapes replayed as CUDA graphs "
                             "(CUDA only); eager = growing tensors; auto = graph on CUDA, eager on CPU")
+    fused_norms: Literal["auto", "on", "off"] = Field(
+        "auto", description="RMSNorm modules as one Triton kernel each in the local engine's forwards "
+                            "(about half of a query forward's kernel launches); auto = on for CUDA with triton")
     engine: Literal["local", "vllm"] = Field(
         "local", description="local = our paged runner (block-selected attention); vllm = vLLM in prompt-level "
                              "mode (selected pages become prompt text, reuse via vLLM prefix caching)")

@@ -4,9 +4,10 @@
     python bench/profile_step.py --tokens 2048         # CPU smoke run (eager vs static)
 
 Prefills random token ids once, then times N single-token extends over 12% of the
-pages in each query mode, side by side in one process (serving.static_query), and
-profiles the eager forward with torch.profiler: kernel launches per forward, GPU
-busy time per forward, and the ops with the most host time.
+pages in each query mode, side by side in one process (serving.static_query), on
+CUDA also with fused RMSNorm kernels (serving.fused_norms, "+fn"), and profiles
+the eager forward with torch.profiler: kernel launches per forward, GPU busy time
+per forward, and the ops with the most host time.
 """
 
 from __future__ import annotations
@@ -48,17 +49,26 @@ def main() -> int:
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    modes = ["eager", "static"] + (["graph"] if dev.type == "cuda" else [])
+    # (label, query mode, fused norms). Fused norms exist on CUDA only (Triton).
+    variants = [("eager", "eager", False), ("static", "static", False)]
+    if dev.type == "cuda":
+        variants += [("graph", "graph", False)]
+        if runner.norms is not None and runner.norms.fused:
+            variants += [("eager+fn", "eager", True), ("graph+fn", "graph", True)]
+    has_fused = runner.fused_norms
     wall: dict[str, tuple[float, float]] = {}
     first: dict[str, list[int]] = {}
+    first_logits: dict[str, torch.Tensor] = {}
     with torch.inference_mode():
-        for mode in modes:
-            runner.query_mode = mode
+        for label, mode, fused in variants:
+            runner.query_mode, runner.fused_norms = mode, fused
+            doc.query_slots.clear()  # captured graphs keep the norms they were captured with
             for rep in range(2):  # the first round compiles / captures
                 tail = runner.new_tail(doc)
                 sync()
                 t0 = time.perf_counter()
                 logits = runner.extend(doc, tail, ids[: args.prompt], pages)
+                first_logits[label] = logits.float().clone()
                 nxt = int(logits.argmax())
                 t1 = time.perf_counter()
                 toks = [nxt]
@@ -67,41 +77,50 @@ def main() -> int:
                     toks.append(nxt)
                 sync()
                 t2 = time.perf_counter()
-            wall[mode] = (t1 - t0, (t2 - t1) / args.steps)
+            wall[label] = (t1 - t0, (t2 - t1) / args.steps)
             if mode == "graph":
                 for w, qs in doc.query_slots.items():
-                    print(f"slots width {w}: graphs for buckets {sorted(qs.graphs)}; failed captures {qs.failed}")
+                    print(f"{label}: slots width {w}: graphs for buckets {sorted(qs.graphs)}; failed {qs.failed}")
                     if 1 in qs.graphs:
                         sync()
                         r0 = time.perf_counter()
                         for _ in range(20):
                             qs.graphs[1][0].replay()
                         sync()
-                        print(f"bare replay of the 1-token graph: {(time.perf_counter() - r0) / 20 * 1e3:.2f} ms")
-            first[mode] = toks
+                        print(f"{label}: bare replay of the 1-token graph: "
+                              f"{(time.perf_counter() - r0) / 20 * 1e3:.2f} ms")
+            first[label] = toks
         runner.query_mode = "eager"
-        tail = runner.new_tail(doc)
-        runner.extend(doc, tail, ids[: args.prompt], pages)
         acts = [torch.profiler.ProfilerActivity.CPU]
         if dev.type == "cuda":
             acts.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=acts) as prof:
-            for _ in range(args.steps):
-                runner.extend(doc, tail, [ids[9]], pages)
-            sync()
-    ev = prof.key_averages()
-    launches = sum(e.count for e in ev if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
-    gpu_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in ev) / args.steps
+        profiles = {}
+        for fused in ([False, True] if has_fused else [False]):
+            runner.fused_norms = fused
+            tail = runner.new_tail(doc)
+            runner.extend(doc, tail, ids[: args.prompt], pages)
+            with torch.profiler.profile(activities=acts) as prof:
+                for _ in range(args.steps):
+                    runner.extend(doc, tail, [ids[9]], pages)
+                sync()
+            profiles[fused] = prof.key_averages()
     print(f"# {args.model} ({info.get('weights')}), {dev}, {doc.num_tokens} KV tokens, {len(pages)} pages "
-          f"({100 * len(pages) / doc.num_pages:.0f}%), prompt {args.prompt} tokens")
+          f"({100 * len(pages) / doc.num_pages:.0f}%), prompt {args.prompt} tokens; fn = fused RMSNorm")
     base_p, base_d = wall["eager"]
-    for mode in modes:
-        p, d = wall[mode]
-        same = "same tokens as eager" if first[mode] == first["eager"] else f"DIFFERENT tokens: {first[mode]}"
-        print(f"{mode:>6}: prompt forward {1e3 * p:7.2f} ms ({base_p / p:5.1f}x eager), decode forward "
-              f"{1e3 * d:7.2f} ms ({base_d / d:5.1f}x eager); {same}")
-    print(f"eager: kernel launches per forward: {launches / args.steps:.0f}; GPU busy per forward: {gpu_us / 1e3:.2f} ms")
-    print(ev.table(sort_by=args.sort, row_limit=22, max_name_column_width=60))
+    ref = first_logits["eager"]
+    for label, _, _ in variants:
+        p, d = wall[label]
+        rel = ((first_logits[label] - ref).norm() / ref.norm()).item()
+        same = "same tokens as eager" if first[label] == first["eager"] else f"different tokens: {first[label]}"
+        print(f"{label:>9}: prompt forward {1e3 * p:7.2f} ms ({base_p / p:5.1f}x eager), decode forward "
+              f"{1e3 * d:7.2f} ms ({base_d / d:5.1f}x eager); first logits rel diff {rel:.1e}; {same}")
+    for fused, ev in profiles.items():
+        launches = sum(e.count for e in ev if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
+                                                        "cuLaunchKernelEx"))
+        gpu_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in ev) / args.steps
+        print(f"eager{'+fn' if fused else ''}: kernel launches per forward: {launches / args.steps:.0f}; "
+              f"GPU busy per forward: {gpu_us / 1e3:.2f} ms")
+    print(profiles[has_fused].table(sort_by=args.sort, row_limit=22, max_name_column_width=60))
     return 0
 
 

@@ -170,6 +170,7 @@ class LocalEngine(Engine):
         page_loader: PageLoader | None = None,
         kernel_impl: str = "auto",
         query_mode: str = "auto",
+        fused_norms: str = "auto",
     ):
         if not isinstance(model, LoadedModel):
             if dtype is None:
@@ -183,6 +184,7 @@ class LocalEngine(Engine):
             max_context_tokens=max_context_tokens,
             kernel_impl=kernel_impl,
             query_mode=query_mode,
+            fused_norms=fused_norms,
         )
         self.tokenizer = model.tokenizer
         self.model_id = model.model_id
@@ -227,7 +229,7 @@ class LocalEngine(Engine):
     def describe(self) -> dict:
         r = self.runner
         return {"engine": self.kind, "device": str(r.device), "dtype": str(r.dtype).replace("torch.", ""),
-                "query_mode": r.query_mode,
+                "query_mode": r.query_mode, "fused_norms": len(r.norms.fused) if r.norms else 0,
                 "kv_bytes_per_token": r.layout.kv_bytes_per_token(r.dtype), "cached_contexts": len(self._docs),
                 "cached_bytes": self.cached_bytes()}
 

@@ -20,6 +20,7 @@ Partials are combined with an exact log-sum-exp merge (kernels.merge).
 from __future__ import annotations
 
 import contextvars
+import importlib.util
 import logging
 import math
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from kernels import attend_selected, merge_attention
 from kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
+from serving.fused_norms import FusedNorms, install_norms, norms_active
 from serving.model_loader import LoadedModel
 from serving.paged_kv import DocKV, LayerLayout, QueryTail
 from serving.static_query import (
@@ -43,7 +45,7 @@ from serving.static_query import (
 from serving.tokenize import stop_token_ids
 from serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
 
-__all__ = ["ModelRunner", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES"]
+__all__ = ["ModelRunner", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES", "FUSED_NORMS"]
 
 log = logging.getLogger(__name__)
 ATTN_IMPL = "agentctx_paged"
@@ -51,6 +53,9 @@ ATTN_IMPL = "agentctx_paged"
 # (preallocated slots, static shapes), "graph" (static + CUDA-graph replay; CUDA only),
 # "auto" = graph on CUDA, eager elsewhere.
 QUERY_MODES = ("auto", "eager", "static", "graph")
+# RMSNorm modules as one Triton kernel each during our forwards (serving/fused_norms.py):
+# "auto" = on for CUDA models when triton is installed.
+FUSED_NORMS = ("auto", "on", "off")
 _MAX_SLOT_SETS = 4  # static slot sets (table widths) kept per document
 
 
@@ -191,7 +196,10 @@ class ModelRunner:
         kernel_impl: str = "auto",
         query_mode: str = "auto",
         static_tail_tokens: int = 2048,
+        fused_norms: str = "auto",
     ):
+        if fused_norms not in FUSED_NORMS:
+            raise ValueError(f"fused_norms must be one of {FUSED_NORMS}, got {fused_norms!r}")
         if query_mode not in QUERY_MODES:
             raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {query_mode!r}")
         if static_tail_tokens < 2 * BUCKETS[-1]:
@@ -218,16 +226,35 @@ class ModelRunner:
             query_mode = "graph" if self.device.type == "cuda" else "eager"
         self.query_mode = query_mode
         self.static_tail_tokens = static_tail_tokens
+        self.norms = self._install_norms(fused_norms)
+        self.fused_norms = bool(self.norms and self.norms.fused)
+
+    def _install_norms(self, mode: str) -> FusedNorms | None:
+        if mode == "off" or (mode == "auto" and self.device.type != "cuda"):
+            return None
+        if self.device.type != "cuda":
+            raise ValueError(f"fused_norms='on' needs a CUDA model, this one is on {self.device}")
+        if importlib.util.find_spec("triton") is None:
+            if mode == "on":
+                raise ValueError("fused_norms='on' needs the 'triton' package")
+            log.info("triton is not installed: RMSNorm modules run as transformers wrote them")
+            return None
+        report = install_norms(self.model, impl="triton")
+        if mode == "on" and not report.fused:
+            raise ValueError(f"fused_norms='on' but no RMSNorm module could be fused: {report.skipped}")
+        log.info("fused RMSNorm: %d modules (%s)", len(report.fused), ", ".join(sorted(set(report.fused.values()))))
+        return report
 
     # ------------------------------------------------------------------ helpers
     def _hidden(self, ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
         token = _STEP.set(step)
         try:
-            out = self.model.model(
-                input_ids=ids.view(1, -1).to(self.device),
-                position_ids=positions.view(1, -1),
-                use_cache=False,
-            )
+            with norms_active(self.fused_norms):
+                out = self.model.model(
+                    input_ids=ids.view(1, -1).to(self.device),
+                    position_ids=positions.view(1, -1),
+                    use_cache=False,
+                )
         finally:
             _STEP.reset(token)
         return out.last_hidden_state[0]  # (T, hidden)

@@ -49,6 +49,7 @@ def build_engine(m: ModelConfig) -> Engine:
         dtype=_DTYPES.get(m.dtype) if m.dtype else None,
         device_cache_bytes=m.device_cache_bytes,
         query_mode=m.query_mode,
+        fused_norms=m.fused_norms,
     )
 
 

@@ -20,14 +20,17 @@ def main() -> int:
     if os.environ.get("TRITON_INTERPRET") != "1":
         print("TRITON_INTERPRET=1 must be set", file=sys.stderr)
         return 2
-    from kernels import triton_attend  # noqa: F401  (decorated under the interpreter)
+    from kernels import triton_attend, triton_rmsnorm  # noqa: F401  (decorated under the interpreter)
 
+    from ._rmsnorm_cases import rmsnorm_cases, run_rmsnorm_case
     from ._triton_grid import interpreter_cases, run_case
 
     results = {}
-    for name, spec in interpreter_cases().items():
+    checks = [(name, run_case, spec) for name, spec in interpreter_cases().items()]
+    checks += [(f"rmsnorm-{name}", run_rmsnorm_case, spec) for name, spec in rmsnorm_cases().items()]
+    for name, check, spec in checks:
         try:
-            run_case(spec, device="cpu")
+            check(spec, device="cpu")
             results[name] = "ok"
         except Exception:  # report every failure, do not stop at the first
             results[name] = traceback.format_exc(limit=4)[-3000:]

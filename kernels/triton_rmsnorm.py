@@ -1,0 +1,59 @@
+"""Triton kernel for :func:`kernels.rmsnorm.rms_norm` (one program per row).
+
+Rows are short (640 for Gemma 3 270M, 4096 for Llama-3-8B; q/k norms 128-256), so a
+whole row fits one program's registers: load once, reduce, scale, store. Importing
+this module requires ``triton``; with ``TRITON_INTERPRET=1`` set before import it
+runs on CPU tensors in Triton's interpreter (tests).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError as exc:  # pragma: no cover - exercised only without triton
+    raise ImportError("kernels.triton_rmsnorm needs the 'triton' package (pip install triton)") from exc
+
+from .triton_attend import INTERPRET
+
+__all__ = ["triton_rms_norm"]
+
+
+@triton.jit
+def _rms_norm_kernel(X, W, Y, stride_x, stride_y, D, eps, OFFSET: tl.constexpr, BLOCK_D: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    mask = cols < D
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    mean_sq = tl.sum(x * x, axis=0) / D
+    y = x * (1.0 / tl.sqrt(mean_sq + eps))
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    if OFFSET:
+        out = y * (1.0 + w)
+    else:
+        # transformers rounds the normalised row to the input dtype before the weight multiply.
+        out = w * y.to(X.dtype.element_ty).to(tl.float32)
+    tl.store(Y + row * stride_y + cols, out.to(Y.dtype.element_ty), mask=mask)
+
+
+def triton_rms_norm(x: Tensor, weight: Tensor, eps: float, offset: bool) -> Tensor:
+    """See kernels.rmsnorm.rms_norm; inputs are validated there."""
+    if x.device.type != "cuda" and not (INTERPRET and x.device.type == "cpu"):
+        raise ValueError(f"triton rms_norm needs CUDA tensors (or TRITON_INTERPRET=1 with CPU ones), got {x.device}")
+    d = x.shape[-1]
+    rows = x.reshape(-1, d)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    out_dtype = x.dtype if offset else torch.promote_types(weight.dtype, x.dtype)
+    out = torch.empty(rows.shape, dtype=out_dtype, device=x.device)
+    if rows.shape[0] == 0:
+        return out.view(x.shape)
+    block_d = triton.next_power_of_2(d)
+    _rms_norm_kernel[(rows.shape[0],)](
+        rows, weight.contiguous(), out, rows.stride(0), out.stride(0), d, float(eps),
+        OFFSET=offset, BLOCK_D=block_d, num_warps=8 if block_d >= 2048 else 4,
+    )
+    return out.view(x.shape)
