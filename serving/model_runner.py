@@ -217,6 +217,9 @@ class ModelRunner:
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.max_context_tokens = max_context_tokens
         self.kernel_impl = kernel_impl
+        # Static forwards attend the query's own tokens and merge with the pages in one kernel
+        # on CUDA (kernels/tail_merge.py); "torch" keeps the plain-PyTorch path.
+        self.tail_impl = "torch" if kernel_impl == "torch" else "auto"
         self.model.config._attn_implementation = ATTN_IMPL
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype

@@ -8,8 +8,8 @@ a single launch. What makes the shapes static:
 
 * The query's private tail lives in preallocated per-layer buffers of C slots.
   New tokens are written with ``index_copy_`` at slot indices held on the device,
-  and which slots a token may see is a mask computed on the device from those
-  indices: no host sync, no ``torch.cat`` growth.
+  and a token sees the tail slots up to its own, decided on the device from those
+  indices (kernels/tail_merge.py): no host sync, no ``torch.cat`` growth.
 * Sliding-window layers keep the document's window and the tail in one buffer
   (window first), so one fused SDPA call with a positional mask covers both.
 * The block table is a fixed-width buffer (width rounded up, see ``table_width``);
@@ -36,8 +36,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import attend_selected, merge_attention
-from kernels.positional import masked_attention_with_mask, window_attention
+from kernels import attend_selected
+from kernels.positional import window_attention
+from kernels.tail_merge import attend_tail_merged
 from serving.paged_kv import DocKV, QueryTail
 
 __all__ = ["QuerySlots", "StaticStep", "TailBinding", "static_attention", "bucket_for", "table_width", "BUCKETS"]
@@ -81,8 +82,7 @@ class StaticStep:
     """The per-forward state the attention hook reads (built inside the captured region)."""
 
     qs: "QuerySlots"
-    slots: torch.Tensor  # (Tb,) int64 tail slot of each new token
-    tail_mask: torch.Tensor  # (Tb, C) bool: tail slot j visible to new token i
+    slots: torch.Tensor  # (Tb,) int64 tail slot of each new token (it sees tail slots 0..slot)
     win_mask: torch.Tensor | None  # (Tb, Wt + C) bool for sliding layers
 
 
@@ -179,13 +179,12 @@ class QuerySlots:
         slots = self.inputs[self.tmax : self.tmax + tb]
         last = self.inputs[2 * self.tmax :]
         qpos = slots + self.start
-        tail_mask = torch.arange(self.capacity, device=slots.device).unsqueeze(0) <= slots.unsqueeze(1)
         win_mask = None
         if self.win_pos is not None:
             kp = self.win_pos.unsqueeze(0)
             qp = qpos.unsqueeze(1)
             win_mask = (kp <= qp) & (kp > qp - self.layout.window)
-        step = StaticStep(self, slots, tail_mask, win_mask)
+        step = StaticStep(self, slots, win_mask)
         hidden = self.runner._hidden(ids, qpos, step)
         logits = self.runner.logits_from_hidden(hidden.index_select(0, last))[0]
         return hidden, logits
@@ -261,6 +260,7 @@ def static_attention(step: StaticStep, layer: int, q, k, v, scale: float, softca
         q.unsqueeze(0), qs.k_pages[layer], qs.v_pages[layer], qs.table, qs.num_blocks, qs.slot_lens,
         scale, softcap=softcap, impl=qs.runner.kernel_impl,
     )
-    o_tail, l_tail = masked_attention_with_mask(q, tk, tv, step.tail_mask, scale, softcap)
-    out, _ = merge_attention(o_pages[0], l_pages[0], o_tail, l_tail)
-    return out.to(q.dtype)
+    # The query's own tokens and the merge with the page partial: one kernel on CUDA
+    # (kernels/tail_merge.py) instead of ~40 small ones per layer.
+    return attend_tail_merged(q, tk, tv, step.slots, o_pages[0], l_pages[0], scale, softcap,
+                              impl=qs.runner.tail_impl, check=False)

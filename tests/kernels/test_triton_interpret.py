@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ._rmsnorm_cases import rmsnorm_cases
+from ._tail_cases import tail_cases
 from ._triton_grid import interpreter_cases
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
@@ -36,7 +37,8 @@ def interpreter_results() -> dict[str, str]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("name", list(interpreter_cases()) + [f"rmsnorm-{n}" for n in rmsnorm_cases()])
+@pytest.mark.parametrize("name", list(interpreter_cases()) + [f"rmsnorm-{n}" for n in rmsnorm_cases()]
+                         + [f"tail-{n}" for n in tail_cases()])
 def test_triton_interpreter_matches_reference(interpreter_results, name):
     result = interpreter_results.get(name, "missing from runner output")
     assert result == "ok", result

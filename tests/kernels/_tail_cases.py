@@ -1,0 +1,61 @@
+"""Cases for the tail-attention-and-merge kernel (GPU test and CPU interpreter runner).
+
+Importing this module does not import triton.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+__all__ = ["tail_cases", "run_tail_case"]
+
+_DT = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Relative error ||out - ref|| / ||ref|| vs the fp32 torch path: fp32 rounding only; half
+# precision rounds the probabilities to the value dtype before the PV product (as the
+# page kernel does), the reference keeps them in fp32.
+_TOL = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.2e-2}
+
+
+def tail_cases(small: bool = True) -> dict[str, dict]:
+    cases = {}
+    heads = [(4, 1, 256), (8, 2, 64), (32, 8, 128)]
+    for i, (dt, (hq, hkv, d), tq) in enumerate(itertools.product(_DT, heads, (1, 7, 40))):
+        if small and i % 3:  # interpreter: 9 of the 27 combinations, each dtype/heads/Tq pair once
+            continue
+        cases[f"{dt}-hq{hq}-hkv{hkv}-d{d}-tq{tq}"] = dict(dtype=dt, Hq=hq, Hkv=hkv, D=d, Tq=tq, C=160, base=37,
+                                                          seed=i)
+    cases["softcap-bf16"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=3, C=64, base=10, softcap=20.0, seed=40)
+    cases["first-token-no-pages"] = dict(dtype="fp32", Hq=8, Hkv=2, D=64, Tq=5, C=64, base=0, empty_pages=True,
+                                         seed=41)
+    cases["slots-to-the-end"] = dict(dtype="fp32", Hq=4, Hkv=1, D=80, Tq=16, C=96, base=80, seed=42)
+    cases["pages-dominate"] = dict(dtype="bf16", Hq=8, Hkv=2, D=128, Tq=2, C=64, base=5, page_lse=30.0, seed=43)
+    cases["pad-rows-past-real"] = dict(dtype="fp32", Hq=4, Hkv=1, D=64, Tq=8, C=300, base=250, seed=44)
+    return cases
+
+
+def run_tail_case(spec: dict, device: str) -> None:
+    from kernels.tail_merge import attend_tail_merged, attend_tail_merged_reference
+
+    g = torch.Generator().manual_seed(spec["seed"])
+    dt = _DT[spec["dtype"]]
+    tq, hq, hkv, d, c = spec["Tq"], spec["Hq"], spec["Hkv"], spec["D"], spec["C"]
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dt)
+
+    q, tk, tv = rnd(tq, hq, d), rnd(c, hkv, d), rnd(c, hkv, d)
+    slots = torch.arange(spec["base"], spec["base"] + tq, device=device)
+    o_pages = rnd(tq, hq, d)
+    lse = (torch.randn(tq, hq, generator=g) * 2 + spec.get("page_lse", 0.0)).to(device)
+    if spec.get("empty_pages"):
+        lse[: tq // 2 + 1] = float("-inf")
+        o_pages[: tq // 2 + 1] = 0
+    scale = d**-0.5
+    want = attend_tail_merged_reference(q, tk, tv, slots, o_pages, lse, scale, spec.get("softcap"))
+    got = attend_tail_merged(q, tk, tv, slots, o_pages, lse, scale, spec.get("softcap"), impl="triton")
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert torch.isfinite(got.float()).all(), "non-finite output"
+    rel = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert rel <= _TOL[spec["dtype"]], f"rel err {rel:.3g}"

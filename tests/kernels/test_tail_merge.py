@@ -1,0 +1,70 @@
+"""kernels.tail_merge: the merged result is dense attention over [pages, causal tail]; bad input is refused.
+
+The Triton kernel is held to this reference by the interpreter grid
+(test_triton_interpret.py) and on a GPU (test_tail_merge_gpu.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import dense_attention_reference
+from kernels.positional import full_attention_lse
+from kernels.tail_merge import attend_tail_merged
+
+
+@pytest.mark.parametrize("softcap", [None, 15.0])
+@pytest.mark.parametrize("hq,hkv", [(4, 1), (8, 2)])
+def test_merged_equals_dense_over_pages_and_causal_tail(hq, hkv, softcap):
+    g = torch.Generator().manual_seed(0)
+    d, n_doc, c, base, tq = 32, 50, 40, 6, 5
+    q = torch.randn(tq, hq, d, generator=g, dtype=torch.float64)
+    doc_k, doc_v = torch.randn(n_doc, hkv, d, generator=g, dtype=torch.float64), torch.randn(n_doc, hkv, d,
+                                                                                              generator=g,
+                                                                                              dtype=torch.float64)
+    tail_k, tail_v = torch.randn(c, hkv, d, generator=g, dtype=torch.float64), torch.randn(c, hkv, d, generator=g,
+                                                                                           dtype=torch.float64)
+    # Slots past the last token hold stale values of an earlier query: they must not count.
+    # (Finite: the torch path multiplies them by exact zeros, the kernel does not load them.)
+    tail_k[base + tq:] = 1e4
+    tail_v[base + tq:] = -1e4
+    scale = d**-0.5
+    o_pages, l_pages = full_attention_lse(q, doc_k, doc_v, scale, softcap)
+    slots = torch.arange(base, base + tq)
+    got = attend_tail_merged(q, tail_k, tail_v, slots, o_pages, l_pages, scale, softcap)
+    # Dense: query token i sees every document key and tail slots 0..base+i.
+    keys = torch.cat([doc_k, tail_k[: base + tq]])
+    vals = torch.cat([doc_v, tail_v[: base + tq]])
+    want = dense_attention_reference(q.unsqueeze(0), keys.unsqueeze(0), vals.unsqueeze(0), scale,
+                                     causal_offset=n_doc + base, softcap=softcap)[0][0]
+    # The torch path computes in fp32 whatever the input dtype: fp32 rounding vs a float64 reference.
+    torch.testing.assert_close(got, want.to(got.dtype), atol=2e-6, rtol=1e-4)
+
+
+def _inputs(tq=3, hq=4, hkv=1, d=16, c=8):
+    return dict(q=torch.randn(tq, hq, d), tail_k=torch.randn(c, hkv, d), tail_v=torch.randn(c, hkv, d),
+                q_slots=torch.arange(tq), o_pages=torch.randn(tq, hq, d), lse_pages=torch.randn(tq, hq))
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(q=torch.randn(3, 4)), "q must be"),
+        (dict(tail_v=torch.randn(9, 1, 16)), "q must be"),
+        (dict(tail_k=torch.randn(8, 3, 16), tail_v=torch.randn(8, 3, 16)), "do not fit"),
+        (dict(q_slots=torch.arange(3).float()), "q_slots"),
+        (dict(q_slots=torch.arange(4)), "q_slots"),
+        (dict(lse_pages=torch.randn(3, 2)), "page partial"),
+        (dict(tail_k=torch.randn(8, 1, 16).double(), tail_v=torch.randn(8, 1, 16).double()), "dtype"),
+    ],
+)
+def test_bad_input_is_refused(change, match):
+    kw = _inputs() | change
+    with pytest.raises(ValueError, match=match):
+        attend_tail_merged(scale=0.25, **kw)
+
+
+def test_bad_impl_is_refused():
+    with pytest.raises(ValueError, match="impl"):
+        attend_tail_merged(scale=0.25, impl="cuda", **_inputs())
