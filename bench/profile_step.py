@@ -84,7 +84,8 @@ def main() -> int:
                 for w, qs in doc.query_slots.items():
                     print(f"{label}: slots width {w}: graphs for buckets {sorted(qs.graphs)}; failed {qs.failed}")
                     if 1 in qs.graphs:
-                        replays[label] = qs.graphs[1][0]
+                        # Keep the slot set alive too: its graphs read its input and tail buffers.
+                        replays[label] = (qs.graphs[1][0], qs)
                         sync()
                         r0 = time.perf_counter()
                         for _ in range(20):
@@ -96,7 +97,7 @@ def main() -> int:
         # The 1-token graphs again, interleaved round by round, so clock drift hits all alike.
         rounds: dict[str, list[float]] = {k: [] for k in replays}
         for _ in range(7):
-            for label, graph in replays.items():
+            for label, (graph, _) in replays.items():
                 sync()
                 r0 = time.perf_counter()
                 for _ in range(20):

@@ -76,9 +76,9 @@ def _tail_merge_kernel(
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(TV + tok[:, None] * stride_vc + kvh * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0)
-        if UPCAST_DOT:
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        # P stays fp32 (the page kernel rounds it to the KV dtype): the tail is short, so the
+        # fp32 product is cheap, and it keeps this path as exact as the torch one it replaces.
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
         m_i = m_new
 
     # Tail partial (log2 units), then the exact merge with the page partial of the same rows.

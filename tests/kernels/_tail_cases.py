@@ -12,10 +12,10 @@ import torch
 __all__ = ["tail_cases", "run_tail_case"]
 
 _DT = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# Relative error ||out - ref|| / ||ref|| vs the fp32 torch path: fp32 rounding only; half
-# precision rounds the probabilities to the value dtype before the PV product (as the
-# page kernel does), the reference keeps them in fp32.
-_TOL = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.2e-2}
+# Relative error ||out - ref|| / ||ref|| vs the fp32 torch path. Both compute in fp32 (the
+# kernel keeps P in fp32 for the PV product); half precision differs by the final rounding
+# of the output to the input dtype (bf16: 2^-9 relative, fp16: 2^-12).
+_TOL = {"fp32": 1e-5, "fp16": 1e-3, "bf16": 5e-3}
 
 
 def tail_cases(small: bool = True) -> dict[str, dict]:
