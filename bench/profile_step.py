@@ -49,8 +49,9 @@ def main() -> int:
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    # (label, query mode, fused norms, tail impl). "+tk" = the query's own tokens and the merge
-    # in one kernel (kernels/tail_merge.py), "+fn" = fused RMSNorm; both CUDA only (Triton).
+    # (label, query mode, fused norms, tail impl). "+tk" = the slot-buffer kernels of
+    # kernels/tail_merge.py (global layers: the query's own tokens merged with the pages;
+    # sliding layers: the window band), "+fn" = fused RMSNorm; both CUDA only (Triton).
     variants = [("eager", "eager", False, "torch"), ("static", "static", False, "torch")]
     if dev.type == "cuda":
         variants += [("graph", "graph", False, "torch"), ("graph+tk", "graph", False, "auto")]

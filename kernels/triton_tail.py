@@ -1,11 +1,13 @@
-"""Triton kernel for :func:`kernels.tail_merge.attend_tail_merged`.
+"""Triton kernel for a query's slot buffers: :func:`kernels.tail_merge.attend_tail_merged` and
+:func:`kernels.tail_merge.attend_window`.
 
 Grid (Hkv, m_tiles): like the page kernel, one program owns one KV head and a tile of
-``BLOCK_M`` flattened (query token, head-in-group) rows, streams the tail's slots with
-an online softmax (row i masked to slots <= q_slots[i]) and, in the epilogue, merges
-its partial with the page partial of the same rows by log-sum-exp. The loop stops at
-the largest slot any row of the tile can see, read from the device, so a short tail
-costs one or two tiles however large the slot buffer is.
+``BLOCK_M`` flattened (query token, head-in-group) rows. Row r (query token t) sees the
+contiguous band of buffer entries ``[lo_t, hi_t]`` with ``hi_t = OFF + q_slots[t]`` and
+``lo_t = hi_t - WINDOW + 1`` (or 0 without a window). The program streams the union of
+its rows' bands with an online softmax, reading bounds from the device, so a short
+tail costs one or two tiles however large the buffer is. With ``HAS_PAGES`` the
+epilogue merges the result with the page partial of the same rows by log-sum-exp.
 """
 
 from __future__ import annotations
@@ -21,17 +23,18 @@ except ImportError as exc:  # pragma: no cover - exercised only without triton
 
 from .triton_attend import INTERPRET
 
-__all__ = ["triton_tail_merged"]
+__all__ = ["triton_tail_merged", "triton_window"]
 
 
-@triton.jit(do_not_specialize=["Tq", "C"])
-def _tail_merge_kernel(
-    Q, TK, TV, QS, OP, LP, O,
+@triton.jit(do_not_specialize=["Tq", "C", "OFF", "WINDOW"])
+def _slots_kernel(
+    Q, K, V, QS, OP, LP, O,
     stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh,
     stride_pt, stride_ph, stride_lt, stride_lh, stride_ot, stride_oh,
-    Tq, C, qk_scale, softcap,
+    Tq, C, OFF, WINDOW, qk_scale, softcap,
     GROUP: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_WINDOW: tl.constexpr, HAS_PAGES: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):
     kvh = tl.program_id(0)
@@ -48,17 +51,24 @@ def _tail_merge_kernel(
     q = tl.load(Q + t[:, None] * stride_qt + h[:, None] * stride_qh + offs_d[None, :], mask=io_mask, other=0.0)
     if UPCAST_DOT:
         q = q.to(tl.float32)
-    qslot = tl.load(QS + t, mask=row_mask, other=-1).to(tl.int32)
-    hi = tl.minimum(tl.max(qslot, axis=0) + 1, C)
+    row_hi = OFF + tl.load(QS + t, mask=row_mask, other=0).to(tl.int32)  # inclusive
+    if USE_WINDOW:
+        row_lo = row_hi - WINDOW + 1
+    else:
+        row_lo = tl.zeros([BLOCK_M], dtype=tl.int32)
+    row_hi = tl.where(row_mask, row_hi, -1)
+    row_lo = tl.where(row_mask, row_lo, C)
+    hi = tl.minimum(tl.max(row_hi, axis=0) + 1, C)
+    lo = tl.maximum(tl.min(row_lo, axis=0), 0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # log2 units
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start in range(0, hi, BLOCK_N):
+    for start in range(lo, hi, BLOCK_N):
         tok = start + offs_n
         n_mask = tok < hi
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(TK + tok[:, None] * stride_kc + kvh * stride_kh + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = tl.load(K + tok[:, None] * stride_kc + kvh * stride_kh + offs_d[None, :], mask=kv_mask, other=0.0)
         if UPCAST_DOT:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
@@ -68,65 +78,80 @@ def _tail_merge_kernel(
             s = th * (softcap * 1.4426950408889634)
         else:
             s = s * (qk_scale * 1.4426950408889634)
-        visible = (tok[None, :] <= qslot[:, None]) & n_mask[None, :]
+        visible = (tok[None, :] <= row_hi[:, None]) & (tok[None, :] >= row_lo[:, None]) & n_mask[None, :]
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp2(s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(TV + tok[:, None] * stride_vc + kvh * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0)
-        # P stays fp32 (the page kernel rounds it to the KV dtype): the tail is short, so the
-        # fp32 product is cheap, and it keeps this path as exact as the torch one it replaces.
+        v = tl.load(V + tok[:, None] * stride_vc + kvh * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0)
+        # P stays fp32 (the page kernel rounds it to the KV dtype): these buffers are short, so
+        # the fp32 product is cheap, and it keeps this path as exact as the torch one it replaces.
         acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
         m_i = m_new
 
-    # Tail partial (log2 units), then the exact merge with the page partial of the same rows.
     has = l_i > 0.0
-    o_tail = acc / tl.where(has, l_i, 1.0)[:, None]
-    lse_tail = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-    lse_page = tl.load(LP + t * stride_lt + h * stride_lh, mask=row_mask, other=float("-inf")) * 1.4426950408889634
-    o_page = tl.load(OP + t[:, None] * stride_pt + h[:, None] * stride_ph + offs_d[None, :], mask=io_mask,
-                     other=0.0).to(tl.float32)
-    m = tl.maximum(lse_tail, lse_page)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    w_page = tl.exp2(lse_page - m_safe)
-    w_tail = tl.exp2(lse_tail - m_safe)
-    denom = w_page + w_tail
-    inv = tl.where(denom > 0.0, 1.0 / denom, 0.0)
-    out = o_page * (w_page * inv)[:, None] + o_tail * (w_tail * inv)[:, None]
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    if HAS_PAGES:
+        # Exact LSE merge with the page partial of the same rows (log2 units).
+        lse_own = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+        lse_page = tl.load(LP + t * stride_lt + h * stride_lh, mask=row_mask, other=float("-inf")) * 1.4426950408889634
+        o_page = tl.load(OP + t[:, None] * stride_pt + h[:, None] * stride_ph + offs_d[None, :], mask=io_mask,
+                         other=0.0).to(tl.float32)
+        m = tl.maximum(lse_own, lse_page)
+        m_safe = tl.where(m == float("-inf"), 0.0, m)
+        w_page = tl.exp2(lse_page - m_safe)
+        w_own = tl.exp2(lse_own - m_safe)
+        denom = w_page + w_own
+        inv = tl.where(denom > 0.0, 1.0 / denom, 0.0)
+        out = o_page * (w_page * inv)[:, None] + out * (w_own * inv)[:, None]
     tl.store(O + t[:, None] * stride_ot + h[:, None] * stride_oh + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=io_mask)
 
 
-def triton_tail_merged(q: Tensor, tail_k: Tensor, tail_v: Tensor, q_slots: Tensor, o_pages: Tensor,
-                       lse_pages: Tensor, scale: float, softcap: float | None = None) -> Tensor:
-    """Launch the kernel; inputs as kernels.tail_merge.attend_tail_merged (validated there)."""
+def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap) -> Tensor:
     if q.device.type != "cuda" and not (INTERPRET and q.device.type == "cpu"):
-        raise ValueError(f"triton tail attention needs CUDA tensors (or TRITON_INTERPRET=1 with CPU ones), got {q.device}")
+        raise ValueError(f"triton slot attention needs CUDA tensors (or TRITON_INTERPRET=1 with CPU ones), got {q.device}")
     tq, hq, d = q.shape
-    c, hkv, _ = tail_k.shape
+    c, hkv, _ = k.shape
     group = hq // hkv
-    for name, x in (("q", q), ("tail_k", tail_k), ("tail_v", tail_v), ("o_pages", o_pages)):
-        if x.stride(-1) != 1:
-            raise ValueError(f"triton tail attention: {name} needs unit stride on the head dim")
+    for name, x in (("q", q), ("k", k), ("v", v), ("o_pages", o_pages)):
+        if x is not None and x.stride(-1) != 1:
+            raise ValueError(f"triton slot attention: {name} needs unit stride on the head dim")
     out = torch.empty_like(q)
     rows = tq * group
     if rows == 0:
         return out
+    has_pages = o_pages is not None
+    if not has_pages:  # unused by the kernel; any valid pointers will do
+        o_pages, lse_pages = out, out
     block_m = 16 if rows <= 16 else (32 if rows <= 32 else 64)
     block_d = triton.next_power_of_2(max(d, 16))
     block_n = 32 if (block_d >= 256 or block_m >= 64) else 64
     use_softcap = bool(softcap)
     grid = (hkv, triton.cdiv(rows, block_m))
-    _tail_merge_kernel[grid](
-        q, tail_k, tail_v, q_slots, o_pages, lse_pages, out,
-        q.stride(0), q.stride(1), tail_k.stride(0), tail_k.stride(1), tail_v.stride(0), tail_v.stride(1),
+    _slots_kernel[grid](
+        q, k, v, q_slots, o_pages, lse_pages, out,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         o_pages.stride(0), o_pages.stride(1), lse_pages.stride(0), lse_pages.stride(1), out.stride(0), out.stride(1),
-        tq, c, float(scale), float(softcap) if use_softcap else 1.0,
+        tq, c, off, window or 0, float(scale), float(softcap) if use_softcap else 1.0,
         GROUP=group, D=d, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n,
+        USE_WINDOW=bool(window), HAS_PAGES=has_pages,
         USE_SOFTCAP=use_softcap, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
         num_warps=8 if block_m * block_d >= 64 * 128 else 4, num_stages=2,
     )
     return out
+
+
+def triton_tail_merged(q: Tensor, tail_k: Tensor, tail_v: Tensor, q_slots: Tensor, o_pages: Tensor,
+                       lse_pages: Tensor, scale: float, softcap: float | None = None) -> Tensor:
+    """See kernels.tail_merge.attend_tail_merged (inputs validated there)."""
+    return _launch(q, tail_k, tail_v, q_slots, 0, None, o_pages, lse_pages, scale, softcap)
+
+
+def triton_window(q: Tensor, k: Tensor, v: Tensor, q_slots: Tensor, offset: int, window: int, scale: float,
+                  softcap: float | None = None) -> Tensor:
+    """See kernels.tail_merge.attend_window (inputs validated there)."""
+    return _launch(q, k, v, q_slots, offset, window, None, None, scale, softcap)

@@ -11,7 +11,8 @@ a single launch. What makes the shapes static:
   and a token sees the tail slots up to its own, decided on the device from those
   indices (kernels/tail_merge.py): no host sync, no ``torch.cat`` growth.
 * Sliding-window layers keep the document's window and the tail in one buffer
-  (window first), so one fused SDPA call with a positional mask covers both.
+  (window first, positions contiguous), so each query token sees one band of it: one
+  kernel call on CUDA (kernels/tail_merge.attend_window), band-masked SDPA elsewhere.
 * The block table is a fixed-width buffer (width rounded up, see ``table_width``);
   the page kernel reads only ``num_blocks`` entries of it.
 * The number of new tokens is padded up to a bucket (1, 8, 16, ... 256). Pad
@@ -37,8 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels import attend_selected
-from kernels.positional import window_attention
-from kernels.tail_merge import attend_tail_merged
+from kernels.tail_merge import attend_tail_merged, attend_window
 from serving.paged_kv import DocKV, QueryTail
 
 __all__ = ["QuerySlots", "StaticStep", "TailBinding", "static_attention", "bucket_for", "table_width", "BUCKETS"]
@@ -83,7 +83,6 @@ class StaticStep:
 
     qs: "QuerySlots"
     slots: torch.Tensor  # (Tb,) int64 tail slot of each new token (it sees tail slots 0..slot)
-    win_mask: torch.Tensor | None  # (Tb, Wt + C) bool for sliding layers
 
 
 class QuerySlots:
@@ -105,15 +104,12 @@ class QuerySlots:
         self.tail_v = {l: torch.zeros(shape, dtype=dt, device=dev) for l in layout.global_layers}
         self.win_k: dict[int, torch.Tensor] = {}
         self.win_v: dict[int, torch.Tensor] = {}
-        self.wt = 0
-        self.win_pos = None  # positions of [window | tail slots] for the sliding layers' mask
+        self.wt = 0  # window entries before the tail in the sliding layers' buffers
         if layout.sliding_layers:
             self.wt = int(doc.window_pos.numel())
             for l in layout.sliding_layers:
                 self.win_k[l] = torch.cat([doc.window_k[l], torch.zeros(shape, dtype=dt, device=dev)])
                 self.win_v[l] = torch.cat([doc.window_v[l], torch.zeros(shape, dtype=dt, device=dev)])
-            tail_pos = torch.arange(self.start, self.start + capacity, device=dev)
-            self.win_pos = torch.cat([doc.window_pos.to(dev), tail_pos])
         tmax = BUCKETS[-1]
         self.tmax = tmax
         # One int64 input buffer, copied from the host once per forward:
@@ -179,12 +175,7 @@ class QuerySlots:
         slots = self.inputs[self.tmax : self.tmax + tb]
         last = self.inputs[2 * self.tmax :]
         qpos = slots + self.start
-        win_mask = None
-        if self.win_pos is not None:
-            kp = self.win_pos.unsqueeze(0)
-            qp = qpos.unsqueeze(1)
-            win_mask = (kp <= qp) & (kp > qp - self.layout.window)
-        step = StaticStep(self, slots, win_mask)
+        step = StaticStep(self, slots)
         hidden = self.runner._hidden(ids, qpos, step)
         logits = self.runner.logits_from_hidden(hidden.index_select(0, last))[0]
         return hidden, logits
@@ -252,7 +243,8 @@ def static_attention(step: StaticStep, layer: int, q, k, v, scale: float, softca
         dst = step.slots + qs.wt
         keys.index_copy_(0, dst, k)
         vals.index_copy_(0, dst, v)
-        return window_attention(q, keys, vals, step.win_mask, scale, softcap)
+        return attend_window(q, keys, vals, step.slots, qs.wt, layout.window, scale, softcap,
+                             impl=qs.runner.tail_impl, check=False)
     tk, tv = qs.tail_k[layer], qs.tail_v[layer]
     tk.index_copy_(0, step.slots, k)
     tv.index_copy_(0, step.slots, v)

@@ -32,11 +32,27 @@ def tail_cases(small: bool = True) -> dict[str, dict]:
     cases["slots-to-the-end"] = dict(dtype="fp32", Hq=4, Hkv=1, D=80, Tq=16, C=96, base=80, seed=42)
     cases["pages-dominate"] = dict(dtype="bf16", Hq=8, Hkv=2, D=128, Tq=2, C=64, base=5, page_lse=30.0, seed=43)
     cases["pad-rows-past-real"] = dict(dtype="fp32", Hq=4, Hkv=1, D=64, Tq=8, C=300, base=250, seed=44)
+    # Sliding-window layers: [document window (Wt entries) | tail], band of W entries per token.
+    for i, (dt, tq) in enumerate(itertools.product(("fp32", "bf16"), (1, 7, 40))):
+        cases[f"window-{dt}-tq{tq}"] = dict(dtype=dt, Hq=4, Hkv=1, D=256, Tq=tq, C=32 + 96, base=3, window=32,
+                                            offset=32, seed=50 + i)
+    cases["window-short-doc"] = dict(dtype="fp32", Hq=8, Hkv=2, D=64, Tq=5, C=5 + 64, base=0, window=32, offset=5,
+                                     seed=60)
+    cases["window-wider-than-buffer"] = dict(dtype="bf16", Hq=8, Hkv=2, D=128, Tq=3, C=40, base=10, window=512,
+                                             offset=20, seed=61)
+    cases["window-softcap"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=9, C=16 + 64, base=40, window=16,
+                                   offset=16, softcap=20.0, seed=62)
+    cases["window-one"] = dict(dtype="fp32", Hq=4, Hkv=2, D=64, Tq=4, C=48, base=7, window=1, offset=8, seed=63)
     return cases
 
 
 def run_tail_case(spec: dict, device: str) -> None:
-    from kernels.tail_merge import attend_tail_merged, attend_tail_merged_reference
+    from kernels.tail_merge import (
+        attend_tail_merged,
+        attend_tail_merged_reference,
+        attend_window,
+        attend_window_reference,
+    )
 
     g = torch.Generator().manual_seed(spec["seed"])
     dt = _DT[spec["dtype"]]
@@ -53,8 +69,18 @@ def run_tail_case(spec: dict, device: str) -> None:
         lse[: tq // 2 + 1] = float("-inf")
         o_pages[: tq // 2 + 1] = 0
     scale = d**-0.5
-    want = attend_tail_merged_reference(q, tk, tv, slots, o_pages, lse, scale, spec.get("softcap"))
-    got = attend_tail_merged(q, tk, tv, slots, o_pages, lse, scale, spec.get("softcap"), impl="triton")
+    cap = spec.get("softcap")
+    # The raw kernels: attend_* would answer a signature's first call from the torch path.
+    from kernels.triton_tail import triton_tail_merged, triton_window
+
+    if "window" in spec:
+        args = (q, tk, tv, slots, spec["offset"], spec["window"], scale, cap)
+        attend_window(*args, impl="torch")  # input validation, as the public call does
+        want, got = attend_window_reference(*args), triton_window(*args)
+    else:
+        args = (q, tk, tv, slots, o_pages, lse, scale, cap)
+        attend_tail_merged(*args, impl="torch")
+        want, got = attend_tail_merged_reference(*args), triton_tail_merged(*args)
     assert got.shape == want.shape and got.dtype == want.dtype
     assert torch.isfinite(got.float()).all(), "non-finite output"
     rel = ((got.float() - want.float()).norm() / want.float().norm()).item()

@@ -68,3 +68,68 @@ def test_bad_input_is_refused(change, match):
 def test_bad_impl_is_refused():
     with pytest.raises(ValueError, match="impl"):
         attend_tail_merged(scale=0.25, impl="cuda", **_inputs())
+
+
+@pytest.mark.parametrize("wt,window", [(16, 16), (5, 16), (16, 4)])
+def test_window_equals_positional_sliding_attention(wt, window):
+    """attend_window's band over [doc window | tail] is the eager path's positional rule."""
+    from kernels.positional import masked_attention_lse
+    from kernels.tail_merge import attend_window
+
+    g = torch.Generator().manual_seed(wt + window)
+    n_doc, c, base, tq, hq, hkv, d = 40, 24, 3, 6, 4, 2, 16
+    k = torch.randn(wt + c, hkv, d, generator=g)
+    v = torch.randn(wt + c, hkv, d, generator=g)
+    q = torch.randn(tq, hq, d, generator=g)
+    slots = torch.arange(base, base + tq)
+    got = attend_window(q, k, v, slots, wt, window, 0.25)
+    # Positions: buffer entry b holds position n_doc - wt + b; the query token in slot s is at n_doc + s.
+    n = wt + base + tq
+    kpos = torch.arange(n_doc - wt, n_doc - wt + n)
+    want, _ = masked_attention_lse(q, k[:n], v[:n], slots + n_doc, kpos, 0.25, window=window)
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("offset,window,match", [(-1, 4, "offset"), (99, 4, "offset"), (0, 0, "window")])
+def test_window_bad_input_is_refused(offset, window, match):
+    from kernels.tail_merge import attend_window
+
+    kw = _inputs()
+    with pytest.raises(ValueError, match=match):
+        attend_window(kw["q"], kw["tail_k"], kw["tail_v"], kw["q_slots"], offset, window, 0.25)
+
+
+def test_first_call_check_falls_back_to_torch_on_a_wrong_or_failing_kernel(caplog):
+    from kernels import tail_merge as tm
+
+    want = torch.ones(3)
+    calls = []
+
+    def wrong():
+        calls.append("kernel")
+        return torch.full((3,), 2.0)
+
+    def broken():
+        raise RuntimeError("no compile")
+
+    with caplog.at_level("WARNING"):
+        for sig, kernel in ((("test-wrong",), wrong), (("test-broken",), broken)):
+            tm._checked.pop(sig, None)
+            assert torch.equal(tm._kernel_or_reference(sig, kernel, lambda: want, torch.float32), want)
+            assert tm._checked[sig] is False
+            # Later calls go straight to the torch path.
+            assert torch.equal(tm._kernel_or_reference(sig, kernel, lambda: want, torch.float32), want)
+    assert calls == ["kernel"]
+    assert "failed its first-call check" in caplog.text and "no compile" in caplog.text
+
+
+def test_first_call_check_keeps_a_correct_kernel():
+    from kernels import tail_merge as tm
+
+    sig = ("test-good",)
+    tm._checked.pop(sig, None)
+    close = torch.tensor([1.0, 2.0, 3.0 + 1e-6])
+    assert torch.equal(tm._kernel_or_reference(sig, lambda: close, lambda: torch.tensor([1.0, 2.0, 3.0]),
+                                               torch.float32), torch.tensor([1.0, 2.0, 3.0]))
+    assert tm._checked[sig] is True
+    assert tm._kernel_or_reference(sig, lambda: close, lambda: 1 / 0, torch.float32) is close

@@ -114,3 +114,19 @@ def test_fused_norms_match_unfused_on_cuda(family, dtype, tmp_path):
         assert rel < tol, (pages, rel)
         if dtype == torch.float32:
             assert int(lf.argmax()) == int(lp.argmax())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_slot_kernels_pass_their_first_call_check_on_cuda(dtype, tmp_path):
+    """Graph queries of a Gemma 3 model use the Triton tail and window kernels, not the
+    torch fallback that a failed first-call check would switch to (kernels/tail_merge.py)."""
+    from kernels import tail_merge
+
+    path = make_tiny_checkpoint("gemma3_text", tmp_path)
+    runner = ModelRunner(load_model(path, dtype=dtype, device="cuda"), page_size=16, prefill_chunk_tokens=64,
+                         query_mode="graph")
+    ids = torch.randint(4, 259, (300,), generator=torch.Generator().manual_seed(5)).tolist()
+    doc = runner.prefill(ids[:280], progress=False)
+    runner.generate(doc, ids[280:], pages=[0, 3, 9, 17], max_new_tokens=4)
+    seen = {sig[0]: ok for sig, ok in tail_merge._checked.items() if sig[1].startswith("cuda") and sig[2] == dtype}
+    assert seen == {"tail": True, "window": True}, tail_merge._checked
