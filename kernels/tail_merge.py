@@ -115,19 +115,12 @@ def attend_tail_merged(q: Tensor, tail_k: Tensor, tail_v: Tensor, q_slots: Tenso
     Slot values are not checked on the device (that would synchronise); slots past C are a
     caller bug the kernel does not read beyond (its loads are bounded by C).
     """
-    if impl not in ("auto", "torch", "triton"):
-        raise ValueError(f"attend_tail_merged: impl must be auto, torch or triton, got {impl!r}")
     if check:
         _validate(q, tail_k, tail_v, q_slots, o_pages, lse_pages)
-    if impl == "torch" or (impl == "auto" and q.device.type != "cuda"):
-        return attend_tail_merged_reference(q, tail_k, tail_v, q_slots, o_pages, lse_pages, scale, softcap)
-    from .triton_tail import triton_tail_merged  # lazy: triton is optional
-
-    return _kernel_or_reference(
-        _signature("tail", q, tail_k, softcap),
-        lambda: triton_tail_merged(q, tail_k, tail_v, q_slots, o_pages, lse_pages, scale, softcap),
+    return _dispatch(
+        "tail_merged", impl, q, tail_k, softcap,
+        lambda: _triton().triton_tail_merged(q, tail_k, tail_v, q_slots, o_pages, lse_pages, scale, softcap),
         lambda: attend_tail_merged_reference(q, tail_k, tail_v, q_slots, o_pages, lse_pages, scale, softcap),
-        q.dtype,
     )
 
 
@@ -146,22 +139,29 @@ def attend_window(q: Tensor, k: Tensor, v: Tensor, q_slots: Tensor, offset: int,
     ``window`` entries ending there (fewer at the buffer's start). Entries must be in position
     order with no gaps, as the static query path keeps them (document window, then tail).
     """
-    if impl not in ("auto", "torch", "triton"):
-        raise ValueError(f"attend_window: impl must be auto, torch or triton, got {impl!r}")
     if check:
         if not isinstance(window, int) or window < 1:
             raise ValueError(f"attend_window: window must be an int >= 1, got {window!r}")
         if not isinstance(offset, int) or not 0 <= offset <= k.shape[0]:
             raise ValueError(f"attend_window: offset must be an int in [0, {k.shape[0]}], got {offset!r}")
-        dummy_lse = torch.empty(q.shape[:2], device=q.device)
-        _validate(q, k, v, q_slots, q, dummy_lse)
-    if impl == "torch" or (impl == "auto" and q.device.type != "cuda"):
-        return attend_window_reference(q, k, v, q_slots, offset, window, scale, softcap)
-    from .triton_tail import triton_window  # lazy: triton is optional
-
-    return _kernel_or_reference(
-        _signature("window", q, k, softcap),
-        lambda: triton_window(q, k, v, q_slots, offset, window, scale, softcap),
+        _validate(q, k, v, q_slots, q, torch.empty(q.shape[:2], device=q.device))
+    return _dispatch(
+        "window", impl, q, k, softcap,
+        lambda: _triton().triton_window(q, k, v, q_slots, offset, window, scale, softcap),
         lambda: attend_window_reference(q, k, v, q_slots, offset, window, scale, softcap),
-        q.dtype,
     )
+
+
+def _triton():
+    from . import triton_tail  # lazy: triton is optional
+
+    return triton_tail
+
+
+def _dispatch(kind: str, impl: str, q: Tensor, k: Tensor, softcap, kernel, reference) -> Tensor:
+    """The torch path ("torch", or "auto" off CUDA) or the checked Triton kernel."""
+    if impl not in ("auto", "torch", "triton"):
+        raise ValueError(f"attend_{kind}: impl must be auto, torch or triton, got {impl!r}")
+    if impl == "torch" or (impl == "auto" and q.device.type != "cuda"):
+        return reference()
+    return _kernel_or_reference(_signature(kind, q, k, softcap), kernel, reference, q.dtype)

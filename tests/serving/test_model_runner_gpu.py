@@ -129,4 +129,4 @@ def test_slot_kernels_pass_their_first_call_check_on_cuda(dtype, tmp_path):
     doc = runner.prefill(ids[:280], progress=False)
     runner.generate(doc, ids[280:], pages=[0, 3, 9, 17], max_new_tokens=4)
     seen = {sig: ok for sig, ok in tail_merge._checked.items() if sig[1].startswith("cuda") and sig[2] == dtype}
-    assert {sig[0] for sig in seen} == {"tail", "window"} and all(seen.values()), seen
+    assert {sig[0] for sig in seen} == {"tail_merged", "window"} and all(seen.values()), seen
