@@ -86,6 +86,7 @@ def test_static_query_mode_gives_the_eager_engines_results(engine):
     tails) through static query slots, the CUDA-graph path's forwards, run eagerly on CPU."""
     static = LocalEngine(engine.runner.loaded, page_size=16, prefill_chunk_tokens=32, query_mode="static")
     assert static.describe()["query_mode"] == "static" and engine.describe()["query_mode"] == "eager"
+    assert static.describe()["fused_norms"] == 0  # auto: CUDA only
     doc = engine.tokenize_document(DOC)
     for e in (engine, static):
         e.prefill("s1", doc, progress=False)
