@@ -134,6 +134,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "a SIGALRM hard stop follows 30 s later (results so far are still written)")
     ap.add_argument("--no-alarm", action="store_true", help="no SIGALRM hard stop at --budget-s + 30 s")
     ap.add_argument("--no-naive", action="store_true")
+    ap.add_argument("--no-plan", action="store_true",
+                    help="run every size and budget without the time prediction (e.g. one large size alone, "
+                         "where the prediction has no measured prefill to fit); the hard stop still applies")
     ap.add_argument("--no-probe", action="store_true", help="skip the KV allocation capacity probe")
     ap.add_argument("--device", default=None)
     ap.add_argument("--seed", type=int, default=0)
@@ -583,6 +586,8 @@ class ModelBench:
             self.naive_stop = f"predicted {naive_pred:.0f}s/query > {self.args.naive_max_query_s:.0f}s at {size_label(n)}"
             naive_ok = False
         naive_cost = (self.args.naive_size_budget_s + (naive_pred or 0.0)) if naive_ok else 0.0
+        if self.args.no_plan:
+            return naive_ok, budgets, None
         if cost(len(budgets)) + naive_cost <= rem:
             return naive_ok, budgets, None
         if cost(len(budgets)) <= rem:
