@@ -217,8 +217,10 @@ class ModelRunner:
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.max_context_tokens = max_context_tokens
         self.kernel_impl = kernel_impl
-        # Static forwards attend the query's own tokens and merge with the pages in one kernel
-        # on CUDA (kernels/tail_merge.py); "torch" keeps the plain-PyTorch path.
+        # Static forwards attend their slot buffers (global layers: the query's own tokens,
+        # merged with the pages; sliding layers: the window band) with one Triton kernel per
+        # layer on CUDA (kernels/tail_merge.py); "torch" keeps the plain-PyTorch path. Like
+        # fused_norms, set it before the first query: captured graphs keep what they captured.
         self.tail_impl = "torch" if kernel_impl == "torch" else "auto"
         self.model.config._attn_implementation = ATTN_IMPL
         self.device = next(self.model.parameters()).device
