@@ -85,3 +85,37 @@ def run_tail_case(spec: dict, device: str) -> None:
     assert torch.isfinite(got.float()).all(), "non-finite output"
     rel = ((got.float() - want.float()).norm() / want.float().norm()).item()
     assert rel <= _TOL[spec["dtype"]], f"rel err {rel:.3g}"
+    # Triton 3.6's CPU interpreter truncates fp32 -> bf16 where the GPU rounds to nearest
+    # (checked: every element matches truncation), so bf16 accuracy is judged on the GPU only.
+    if dt == torch.float16 or (dt == torch.bfloat16 and device != "cpu"):
+        # In half precision the kernel must be at least as close as the torch path to the
+        # exact answer (the same function of the rounded inputs, in float64).
+        exact = _exact(spec, q, tk, tv, slots, o_pages, lse, scale, cap)
+
+        def err(x):
+            return ((x.double().cpu() - exact).norm() / exact.norm()).item()
+
+        assert err(got) <= 1.25 * err(want) + 1e-6, f"kernel err {err(got):.3g} vs torch path {err(want):.3g}"
+
+
+def _exact(spec, q, k, v, slots, o_pages, lse, scale, cap) -> torch.Tensor:
+    """Float64 attention over the visible slots (merged with the page partial for the tail)."""
+    q, k, v, o_pages, lse = (x.double().cpu() for x in (q, k, v, o_pages, lse))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("thd,chd->thc", q, k) * scale
+    if cap:
+        scores = cap * torch.tanh(scores / cap)
+    idx = torch.arange(k.shape[0]).view(1, 1, -1)
+    hi = (slots.cpu() + spec.get("offset", 0)).view(-1, 1, 1)
+    visible = idx <= hi
+    if "window" in spec:
+        visible &= idx > hi - spec["window"]
+    scores = scores.masked_fill(~visible, float("-inf"))
+    lse_own = torch.logsumexp(scores, dim=-1)
+    out = torch.einsum("thc,chd->thd", torch.softmax(scores, dim=-1), v)
+    if "window" in spec:
+        return out
+    m = torch.maximum(lse, lse_own)
+    w_page, w_own = torch.exp(lse - m).unsqueeze(-1), torch.exp(lse_own - m).unsqueeze(-1)
+    return (o_pages * w_page + out * w_own) / (w_page + w_own)
