@@ -68,11 +68,15 @@ def _kernel_or_reference(signature: tuple, kernel, reference, dtype: torch.dtype
     return want
 
 
+def block_m_for(rows: int) -> int:
+    """Row tile of the slot kernels for (query token, head-in-group) rows; tl.dot needs >= 16."""
+    return 16 if rows <= 16 else (32 if rows <= 32 else 64)
+
+
 def _signature(kind: str, q: Tensor, k: Tensor, softcap) -> tuple:
-    group = q.shape[1] // k.shape[1]
-    rows = q.shape[0] * group
-    return (kind, str(q.device), q.dtype, q.shape[1], k.shape[1], q.shape[2], bool(softcap),
-            16 if rows <= 16 else (32 if rows <= 32 else 64))
+    """What selects a distinct compiled kernel: the first-call check runs once per value."""
+    rows = q.shape[0] * (q.shape[1] // k.shape[1])
+    return (kind, str(q.device), q.dtype, q.shape[1], k.shape[1], q.shape[2], bool(softcap), block_m_for(rows))
 
 
 def _validate(q, tail_k, tail_v, q_slots, o_pages, lse_pages) -> None:
