@@ -14,7 +14,7 @@ Two weight conventions exist, and they round differently in half precision:
 where ``norm(y) = y * rsqrt(mean(y**2, -1) + eps)``. :func:`rms_norm_reference` is the
 plain-PyTorch ground truth, written in transformers' op order, so on one device it
 equals the modules bit for bit; the Triton kernel differs from it only in the order
-of the fp32 sum (tests/kernels/test_rmsnorm.py states the tolerance per dtype).
+of the fp32 sum (tests/kernels/_rmsnorm_cases.py states the tolerance per dtype).
 """
 
 from __future__ import annotations

@@ -79,27 +79,26 @@ def _signature(kind: str, q: Tensor, k: Tensor, softcap) -> tuple:
     return (kind, str(q.device), q.dtype, q.shape[1], k.shape[1], q.shape[2], bool(softcap), block_m_for(rows))
 
 
-def _validate(q, tail_k, tail_v, q_slots, o_pages, lse_pages) -> None:
-    if q.dim() != 3 or tail_k.dim() != 3 or tail_k.shape != tail_v.shape:
+def _validate(fn: str, q, k, v, q_slots, o_pages=None, lse_pages=None) -> None:
+    """Shape, dtype and device checks shared by both calls; the page partial only for the tail."""
+    if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape:
         raise ValueError(
-            f"attend_tail_merged: q must be (Tq, Hq, D) and tail_k/tail_v (C, Hkv, D) alike; got q {tuple(q.shape)}, "
-            f"tail_k {tuple(tail_k.shape)}, tail_v {tuple(tail_v.shape)}"
+            f"{fn}: q must be (Tq, Hq, D) and the key/value buffers (C, Hkv, D) alike; got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
     tq, hq, d = q.shape
-    if tail_k.shape[2] != d or hq % tail_k.shape[1]:
-        raise ValueError(f"attend_tail_merged: tail heads/dim {tuple(tail_k.shape[1:])} do not fit q {tuple(q.shape)}")
+    if k.shape[2] != d or hq % k.shape[1]:
+        raise ValueError(f"{fn}: buffer heads/dim {tuple(k.shape[1:])} do not fit q {tuple(q.shape)}")
     if q_slots.shape != (tq,) or q_slots.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"attend_tail_merged: q_slots must be ({tq},) int32/int64, got {tuple(q_slots.shape)} "
-                         f"{q_slots.dtype}")
-    if o_pages.shape != q.shape or lse_pages.shape != (tq, hq):
-        raise ValueError(f"attend_tail_merged: page partial must be out {tuple(q.shape)} and lse {(tq, hq)}, got "
+        raise ValueError(f"{fn}: q_slots must be ({tq},) int32/int64, got {tuple(q_slots.shape)} {q_slots.dtype}")
+    if o_pages is not None and (o_pages.shape != q.shape or lse_pages.shape != (tq, hq)):
+        raise ValueError(f"{fn}: page partial must be out {tuple(q.shape)} and lse {(tq, hq)}, got "
                          f"{tuple(o_pages.shape)} and {tuple(lse_pages.shape)}")
-    if tail_k.dtype != q.dtype or tail_v.dtype != q.dtype:
-        raise ValueError(f"attend_tail_merged: tail dtype {tail_k.dtype} must equal q dtype {q.dtype}")
-    for name, t in (("tail_k", tail_k), ("tail_v", tail_v), ("q_slots", q_slots), ("o_pages", o_pages),
-                    ("lse_pages", lse_pages)):
-        if t.device != q.device:
-            raise ValueError(f"attend_tail_merged: {name} is on {t.device} but q is on {q.device}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"{fn}: buffer dtype {k.dtype} must equal q dtype {q.dtype}")
+    for name, t in (("k", k), ("v", v), ("q_slots", q_slots), ("o_pages", o_pages), ("lse_pages", lse_pages)):
+        if t is not None and t.device != q.device:
+            raise ValueError(f"{fn}: {name} is on {t.device} but q is on {q.device}")
 
 
 def attend_tail_merged_reference(q, tail_k, tail_v, q_slots, o_pages, lse_pages, scale, softcap=None) -> Tensor:
@@ -120,7 +119,7 @@ def attend_tail_merged(q: Tensor, tail_k: Tensor, tail_v: Tensor, q_slots: Tenso
     caller bug the kernel does not read beyond (its loads are bounded by C).
     """
     if check:
-        _validate(q, tail_k, tail_v, q_slots, o_pages, lse_pages)
+        _validate("attend_tail_merged", q, tail_k, tail_v, q_slots, o_pages, lse_pages)
     return _dispatch(
         "tail_merged", impl, q, tail_k, softcap,
         lambda: _triton().triton_tail_merged(q, tail_k, tail_v, q_slots, o_pages, lse_pages, scale, softcap),
@@ -148,7 +147,7 @@ def attend_window(q: Tensor, k: Tensor, v: Tensor, q_slots: Tensor, offset: int,
             raise ValueError(f"attend_window: window must be an int >= 1, got {window!r}")
         if not isinstance(offset, int) or not 0 <= offset <= k.shape[0]:
             raise ValueError(f"attend_window: offset must be an int in [0, {k.shape[0]}], got {offset!r}")
-        _validate(q, k, v, q_slots, q, torch.empty(q.shape[:2], device=q.device))
+        _validate("attend_window", q, k, v, q_slots)
     return _dispatch(
         "window", impl, q, k, softcap,
         lambda: _triton().triton_window(q, k, v, q_slots, offset, window, scale, softcap),
