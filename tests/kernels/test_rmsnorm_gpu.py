@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
+from ._marks import GPU_TRITON
 from ._rmsnorm_cases import rmsnorm_cases, run_rmsnorm_case
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton"),
-]
+pytestmark = GPU_TRITON
 
 
 @pytest.mark.parametrize("name", list(rmsnorm_cases()))

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-import torch
 
+from ._marks import GPU_TRITON
 from ._tail_cases import run_tail_case, tail_cases
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton"),
-]
+pytestmark = GPU_TRITON
 
 
 @pytest.mark.parametrize("name", list(tail_cases(small=False)))

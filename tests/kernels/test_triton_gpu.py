@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
 from kernels import attend_selected
 
+from ._marks import GPU_TRITON
 from ._cases import assert_close_attention, make_case
 from ._triton_grid import gpu_cases, run_case
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
-]
+pytestmark = GPU_TRITON
 
 
 @pytest.mark.parametrize("name", list(gpu_cases()))
