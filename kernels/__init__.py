@@ -14,6 +14,22 @@ from .attend_selected import attend_selected
 from .merge import merge_attention, merge_many
 from .reference import attend_selected_reference, dense_attention_reference
 
+
+def __getattr__(name: str):
+    # Our import name `kernels` is also the import name of Hugging Face's `kernels` distribution,
+    # which transformers >= 5.25 requires and imports (`from kernels import CUDAProperties, ...`).
+    # With this repository on sys.path ours wins, and without this hook transformers would fail
+    # with a bare "cannot import name". Say what happened and how to fix it instead.
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise ImportError(
+        f"`kernels.{name}` was asked for, but `kernels` here is agentctx's attention-kernel package "
+        f"({__file__}), not Hugging Face's `kernels` distribution. transformers >= 5.25 imports "
+        "the latter; agentctx pins transformers < 5.25 (pyproject.toml, scripts/constraints.txt). "
+        "Reinstall with `bash scripts/setup.sh`, or `pip install 'transformers>=5.17,<5.25'`."
+    )
+
+
 __all__ = [
     "attend_selected",
     "attend_selected_reference",

