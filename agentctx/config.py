@@ -36,6 +36,11 @@ class ModelConfig(_Strict):
     fused_norms: Literal["auto", "on", "off"] = Field(
         "auto", description="RMSNorm modules as one Triton kernel each in the local engine's forwards "
                             "(about half of a query forward's kernel launches); auto = on for CUDA with triton")
+    decode_batch: int = Field(
+        8, ge=1, le=256, description="Most concurrent generations whose decode steps share one forward "
+                                     "(local engine, eager query mode); 1 = each generation runs alone")
+    decode_gather_ms: float = Field(
+        3.0, ge=0, le=1000, description="How long a decode forward waits for the other generations' steps")
     engine: Literal["local", "vllm"] = Field(
         "local", description="local = our paged runner (block-selected attention); vllm = vLLM in prompt-level "
                              "mode (selected pages become prompt text, reuse via vLLM prefix caching)")

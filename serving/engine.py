@@ -14,12 +14,14 @@ import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 
 import torch
 
 from serving.model_loader import LoadedModel, load_model
 from serving.copy_constraint import CopyConstraint
-from serving.model_runner import ModelRunner
+from serving.decode_batcher import DecodeBatcher
+from serving.model_runner import DecodeItem, ModelRunner
 from serving.paged_kv import DocKV
 from serving.tokenize import tokenize_document
 from serving.types import EmptyInputError, GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
@@ -171,7 +173,11 @@ class LocalEngine(Engine):
         kernel_impl: str = "auto",
         query_mode: str = "auto",
         fused_norms: str = "auto",
+        decode_batch: int = 8,
+        decode_gather_s: float = 0.003,
     ):
+        if decode_batch < 1:
+            raise ValueError(f"decode_batch must be >= 1, got {decode_batch}")
         if not isinstance(model, LoadedModel):
             if dtype is None:
                 on_gpu = (device or "").startswith("cuda") or (device is None and torch.cuda.is_available())
@@ -196,6 +202,12 @@ class LocalEngine(Engine):
         self._lock = threading.RLock()
         # The model is not re-entrant on one device: serialise forwards.
         self._forward_lock = threading.Lock()
+        # Concurrent generations share decode forwards (serving/decode_batcher.py). Eager
+        # query mode only: static slots (CUDA graphs) hold one query per document at a
+        # time, so there a generation keeps the forward lock from prompt to last token.
+        self._batcher: DecodeBatcher | None = None
+        if decode_batch > 1 and self.runner.query_mode == "eager":
+            self._batcher = DecodeBatcher(self._run_decode_batch, max_batch=decode_batch, gather_s=decode_gather_s)
         self._end_ids: set[int] | None = None
         self._tok_strings: list[str] = []
         self.stats = {"prefills": 0, "prefill_tokens": 0, "cache_hits": 0, "cache_misses": 0, "loads": 0}
@@ -228,8 +240,12 @@ class LocalEngine(Engine):
 
     def describe(self) -> dict:
         r = self.runner
+        b = self._batcher
+        batching = {"max_rows": b.max_batch, "forwards": b.stats.batches, "steps": b.stats.steps,
+                    "largest": b.stats.max_rows, "fallbacks": b.stats.fallbacks} if b else None
         return {"engine": self.kind, "device": str(r.device), "dtype": str(r.dtype).replace("torch.", ""),
                 "query_mode": r.query_mode, "fused_norms": len(r.norms.fused) if r.norms else 0,
+                "decode_batching": batching,
                 "kv_bytes_per_token": r.layout.kv_bytes_per_token(r.dtype), "cached_contexts": len(self._docs),
                 "cached_bytes": self.cached_bytes()}
 
@@ -330,49 +346,26 @@ class LocalEngine(Engine):
         stop_ids = runner.stop_token_ids()
         gen = torch.Generator().manual_seed(req.seed) if req.seed is not None else None
         tail = runner.new_tail(kv)
-        out: list[int] = []
-        text, emitted, finish = "", 0, "length"
-        ttft = None
         copy = self._copy_constraint(kv, req.copy_pages or pages) if req.constraint == "copy" else None
         # Under a copy constraint only the allowed tokens' logits are computed (runner.logits_for):
         # argmax / sampling over them equals it over the full masked vector.
         want = copy.allowed_ids() if copy is not None else None
-        with self._forward_lock:
-            logits = runner.extend(kv, tail, prompt_ids, pages, logit_ids=want or None)
-            for _ in range(req.max_new_tokens):
-                if want is not None and not want:
-                    finish = "stop"  # nothing may follow: the quote cannot start or continue
-                    break
-                if req.temperature <= 0:
-                    pick = int(torch.argmax(logits))
-                else:
-                    probs = torch.softmax(logits.float().cpu() / req.temperature, dim=-1)
-                    pick = int(torch.multinomial(probs, 1, generator=gen))
-                nxt = want[pick] if want is not None else pick
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-                if nxt in stop_ids:
-                    finish = "stop"
-                    break
-                if copy is not None and not copy.advance(nxt):
-                    finish = "stop"
-                    break
-                out.append(nxt)
-                text = self.tokenizer.decode(out, skip_special_tokens=True)
-                cut = _first_stop(text, req.stop)
-                if cut is not None:
-                    text, finish = text[:cut], "stop"
-                    break
-                if on_text is not None and len(text) > emitted:
-                    # Hold back a possible partial stop string at the end, and a trailing
-                    # U+FFFD: an incomplete multi-byte character that the next token completes.
-                    safe = min(len(text) - max((len(s) for s in req.stop), default=0),
-                               len(text.rstrip("\ufffd")))
-                    if safe > emitted:
-                        on_text(text[emitted:safe])
-                        emitted = safe
-                want = copy.allowed_ids() if copy is not None else None
-                logits = runner.extend(kv, tail, [nxt], pages, logit_ids=want or None)
+        if self._batcher is None:
+            # One forward at a time, and this generation's from prompt to last token.
+            whole, prompt_lock, decoding = self._forward_lock, nullcontext(), nullcontext()
+
+            def step(token: int, ids: list[int] | None) -> torch.Tensor:
+                return runner.extend(kv, tail, [token], pages, logit_ids=ids or None)
+        else:
+            whole, prompt_lock, decoding = nullcontext(), self._forward_lock, self._batcher.decoding()
+
+            def step(token: int, ids: list[int] | None) -> torch.Tensor:
+                return self._batcher.step(DecodeItem(kv, tail, token, pages, ids or None))
+        with whole:
+            with prompt_lock:
+                logits = runner.extend(kv, tail, prompt_ids, pages, logit_ids=want or None)
+            with decoding:
+                text, out, finish, ttft, emitted = self._decode(req, logits, step, copy, want, stop_ids, gen, on_text, t0)
         if on_text is not None and len(text) > emitted:
             on_text(text[emitted:])
         total = time.perf_counter() - t0
@@ -390,6 +383,54 @@ class LocalEngine(Engine):
             total_s=total,
             finish_reason=finish,
         )
+
+    def _run_decode_batch(self, items: list[DecodeItem]) -> list[torch.Tensor]:
+        with self._forward_lock:
+            return self.runner.extend_batch(items)
+
+    def _decode(self, req: GenerateRequest, logits: torch.Tensor, step, copy: CopyConstraint | None,
+                want: list[int] | None, stop_ids: set[int], gen, on_text, t0: float):
+        """The token loop after the prompt: (text, token ids, finish reason, ttft, chars emitted)."""
+        out: list[int] = []
+        text, emitted, finish = "", 0, "length"
+        ttft = None
+        for i in range(req.max_new_tokens):
+            if want is not None and not want:
+                finish = "stop"  # nothing may follow: the quote cannot start or continue
+                break
+            if req.temperature <= 0:
+                pick = int(torch.argmax(logits))
+            else:
+                probs = torch.softmax(logits.float().cpu() / req.temperature, dim=-1)
+                pick = int(torch.multinomial(probs, 1, generator=gen))
+            nxt = want[pick] if want is not None else pick
+            if ttft is None:
+                ttft = time.perf_counter() - t0
+            if nxt in stop_ids:
+                finish = "stop"
+                break
+            if copy is not None and not copy.advance(nxt):
+                finish = "stop"
+                break
+            out.append(nxt)
+            text = self.tokenizer.decode(out, skip_special_tokens=True)
+            cut = _first_stop(text, req.stop)
+            if cut is not None:
+                text, finish = text[:cut], "stop"
+                break
+            if on_text is not None and len(text) > emitted:
+                # Hold back a possible partial stop string at the end, and a trailing
+                # U+FFFD: an incomplete multi-byte character that the next token completes.
+                safe = min(len(text) - max((len(s) for s in req.stop), default=0),
+                           len(text.rstrip("\ufffd")))
+                if safe > emitted:
+                    on_text(text[emitted:safe])
+                    emitted = safe
+            if i == req.max_new_tokens - 1:
+                break  # the last token's logits would never be read
+            want = copy.allowed_ids() if copy is not None else None
+            logits = step(nxt, want)
+        return text, out, finish, ttft, emitted
 
 
 _QUOTE_END_CHARS = ('"', "\n", "\u201d")

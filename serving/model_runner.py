@@ -45,7 +45,7 @@ from serving.static_query import (
 from serving.tokenize import stop_token_ids
 from serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
 
-__all__ = ["ModelRunner", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES", "FUSED_NORMS"]
+__all__ = ["ModelRunner", "DecodeItem", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES", "FUSED_NORMS"]
 
 log = logging.getLogger(__name__)
 ATTN_IMPL = "agentctx_paged"
@@ -77,30 +77,58 @@ class _ExtendStep:
     kernel_impl: str
 
 
+@dataclass
+class _BatchStep:
+    """One decode token for each of several queries (maybe over different documents):
+    the projections and MLPs run batched, attention runs row by row on each row's own
+    pages and tail."""
+
+    rows: list[_ExtendStep]
+
+
+@dataclass
+class DecodeItem:
+    """One query's next decode step, for :meth:`ModelRunner.extend_batch`."""
+
+    doc: DocKV
+    tail: QueryTail
+    token: int
+    pages: list[int] | None = None
+    logit_ids: list[int] | None = None  # only these tokens' logits (see ModelRunner.logits_for)
+
+
 _STEP: contextvars.ContextVar = contextvars.ContextVar("agentctx_step", default=None)
 
 
 def _paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers attention hook. query (1, Hq, T, D), key/value (1, Hkv, T, D) after RoPE."""
+    """transformers attention hook. query (B, Hq, T, D), key/value (B, Hkv, T, D) after RoPE.
+
+    B is 1 except under a _BatchStep, whose rows are attended one by one.
+    """
     step = _STEP.get()
     if step is None:
         raise RuntimeError("agentctx_paged attention called outside ModelRunner")
     layer = module.layer_idx
-    q = query[0].transpose(0, 1)  # (T, Hq, D)
-    k = key[0].transpose(0, 1)  # (T, Hkv, D)
-    v = value[0].transpose(0, 1)
-    scale = scaling if scaling is not None else 1.0 / math.sqrt(q.shape[-1])
+    scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
     softcap = kwargs.get("softcap") or getattr(module, "attn_logit_softcapping", None)
-    if isinstance(step, StaticStep):
-        return static_attention(step, layer, q, k, v, scale, softcap).unsqueeze(0), None
-    layout = step.doc.layout
-    if layer in layout.sliding_layers:
-        out = _sliding(step, layer, q, k, v, scale, softcap, layout.window)
-    elif isinstance(step, _PrefillStep):
-        out = _global_prefill(step, layer, q, k, v, scale, softcap)
-    else:
-        out = _global_extend(step, layer, q, k, v, scale, softcap)
-    return out.unsqueeze(0), None  # (1, T, Hq, D)
+    rows = step.rows if isinstance(step, _BatchStep) else [step]
+    outs = []
+    for b, row in enumerate(rows):
+        q = query[b].transpose(0, 1)  # (T, Hq, D)
+        k = key[b].transpose(0, 1)  # (T, Hkv, D)
+        v = value[b].transpose(0, 1)
+        if isinstance(row, StaticStep):
+            outs.append(static_attention(row, layer, q, k, v, scale, softcap))
+            continue
+        layout = row.doc.layout
+        if layer in layout.sliding_layers:
+            outs.append(_sliding(row, layer, q, k, v, scale, softcap, layout.window))
+        elif isinstance(row, _PrefillStep):
+            outs.append(_global_prefill(row, layer, q, k, v, scale, softcap))
+        else:
+            outs.append(_global_extend(row, layer, q, k, v, scale, softcap))
+    # One row (every forward but a batched decode) stays a view: no extra kernel in graphs.
+    return (outs[0].unsqueeze(0) if len(outs) == 1 else torch.stack(outs)), None  # (B, T, Hq, D)
 
 
 def _sliding(step, layer, q, k, v, scale, softcap, window):
@@ -252,17 +280,18 @@ class ModelRunner:
 
     # ------------------------------------------------------------------ helpers
     def _hidden(self, ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
+        """Hidden states (T, hidden) of one sequence's new tokens."""
+        return self._hidden_rows(ids.view(1, -1), positions.view(1, -1), step)[0]
+
+    def _hidden_rows(self, ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
+        """Hidden states (B, T, hidden); ids and positions (B, T)."""
         token = _STEP.set(step)
         try:
             with norms_active(self.fused_norms):
-                out = self.model.model(
-                    input_ids=ids.view(1, -1).to(self.device),
-                    position_ids=positions.view(1, -1),
-                    use_cache=False,
-                )
+                out = self.model.model(input_ids=ids.to(self.device), position_ids=positions, use_cache=False)
         finally:
             _STEP.reset(token)
-        return out.last_hidden_state[0]  # (T, hidden)
+        return out.last_hidden_state
 
     def logits_for(self, hidden_row: torch.Tensor, ids: list[int]) -> torch.Tensor:
         """Logits of only the given token ids, (len(ids),) fp32, for one hidden row.
@@ -361,6 +390,46 @@ class ModelRunner:
         if logit_ids is not None:
             return self.logits_for(hidden[-1], logit_ids)
         return self.logits_from_hidden(hidden[-1:])[0]
+
+    @torch.inference_mode()
+    def extend_batch(self, items: list[DecodeItem]) -> list[torch.Tensor]:
+        """One decode token for each item in one forward; returns each item's logits as extend would.
+
+        The weights are read once for all rows (a CPU decode step of a small model is mostly
+        weight reads: the 270M model's output matrix alone is 670 MB in fp32), while each row
+        attends only its own pages and tail. Eager query mode only: static slots are bound to
+        one query at a time. Tails are updated only if the whole forward succeeds.
+        """
+        if not items:
+            return []
+        if self.query_mode != "eager" or any(it.tail.static is not None for it in items):
+            raise ValueError("extend_batch needs eager query tails (query_mode='eager')")
+        if len({id(it.tail) for it in items}) != len(items):
+            raise ValueError("extend_batch got the same query tail twice")
+        rows, positions = [], []
+        for it in items:
+            if it.logit_ids is not None and len(it.logit_ids) == 0:
+                raise ValueError("logit_ids must be a non-empty list")
+            table, count = self.block_table(it.doc, it.pages)
+            pos = torch.tensor([it.tail.start + it.tail.length], device=self.device)
+            # Each row writes a copy of its tail's dicts: a failed forward leaves the tails as they were.
+            shadow = QueryTail(it.tail.start, dict(it.tail.k), dict(it.tail.v), it.tail.length)
+            rows.append(_ExtendStep(it.doc, shadow, pos, table, count, it.doc.slot_lens(), self.kernel_impl))
+            positions.append(pos)
+        ids = torch.tensor([[it.token] for it in items], dtype=torch.long)
+        hidden = self._hidden_rows(ids, torch.stack(positions), _BatchStep(rows))[:, -1]  # (B, hidden)
+        for it, row in zip(items, rows):
+            it.tail.k, it.tail.v = row.tail.k, row.tail.v
+            it.tail.length += 1
+        full = [i for i, it in enumerate(items) if it.logit_ids is None]
+        out: list[torch.Tensor | None] = [None] * len(items)
+        if full:
+            for i, logits in zip(full, self.logits_from_hidden(hidden[full])):
+                out[i] = logits
+        for i, it in enumerate(items):
+            if it.logit_ids is not None:
+                out[i] = self.logits_for(hidden[i], it.logit_ids)
+        return out
 
     def _extend_static(self, doc: DocKV, tail: QueryTail, ids: list[int], pages, all_logits: bool):
         """The static-slot path of extend; None when this call must run eagerly instead.
