@@ -10,6 +10,8 @@ Public API:
 Triton and flash-attn are optional and imported only when used.
 """
 
+import importlib.util
+
 from .attend_selected import attend_selected
 from .merge import merge_attention, merge_many
 from .reference import attend_selected_reference, dense_attention_reference
@@ -20,7 +22,9 @@ def __getattr__(name: str):
     # which transformers >= 5.25 requires and imports (`from kernels import CUDAProperties, ...`).
     # With this repository on sys.path ours wins, and without this hook transformers would fail
     # with a bare "cannot import name". Say what happened and how to fix it instead.
-    if name.startswith("__"):
+    # `from kernels import triton_attend` asks here first for a submodule not yet imported;
+    # an AttributeError lets the import system go on and load it.
+    if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
         raise AttributeError(name)
     raise ImportError(
         f"`kernels.{name}` was asked for, but `kernels` here is agentctx's attention-kernel package "

@@ -41,6 +41,9 @@ _REPLICA_COUNTERS = {"cache_hits": "device-cache hits", "cache_misses": "device-
                      "loads": "contexts loaded from the shared store", "prefills": "prefills run",
                      "prefill_tokens": "tokens prefilled", "requests": "model requests",
                      "generated_tokens": "tokens generated", "errors": "failed model requests"}
+# From info()["decode_batching"]: steps / forwards is the mean number of generations per decode forward.
+_BATCH_COUNTERS = {"forwards": "decode forwards run by the batcher", "steps": "decode steps those forwards carried",
+                   "fallbacks": "batched decode forwards that failed and were re-run step by step"}
 _REPLICA_GAUGES = {"cached_contexts": "contexts in the device cache", "cached_bytes": "KV bytes in the device cache"}
 
 
@@ -68,6 +71,13 @@ class _ReplicaCollector:
             for name, info in infos.items():
                 if isinstance(info.get(key), (int, float)):
                     fam.add_metric([name], float(info[key]))
+            yield fam
+        for key, doc in _BATCH_COUNTERS.items():
+            fam = CounterMetricFamily(f"agentctx_replica_decode_{key}", f"Model replica: {doc}", labels=["replica"])
+            for name, info in infos.items():
+                batching = info.get("decode_batching")
+                if isinstance(batching, dict) and isinstance(batching.get(key), (int, float)):
+                    fam.add_metric([name], float(batching[key]))
             yield fam
         for key, doc in _REPLICA_GAUGES.items():
             fam = GaugeMetricFamily(f"agentctx_replica_{key}", f"Model replica: {doc}", labels=["replica"])
