@@ -192,3 +192,15 @@ def test_batcher_refuses_bad_settings():
         DecodeBatcher(lambda items: items, max_batch=0)
     with pytest.raises(ValueError, match="gather_s"):
         DecodeBatcher(lambda items: items, gather_s=-1)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+def test_cpu_head_equals_lm_head(runner, rows):
+    head = runner.model.lm_head
+    hidden = torch.randn(rows, head.weight.shape[1], generator=torch.Generator().manual_seed(rows))
+    runner.cpu_head_left = False
+    want = runner.logits_from_hidden(hidden)
+    runner.cpu_head_left = True
+    got = runner.logits_from_hidden(hidden)
+    assert got.shape == want.shape == (rows, head.weight.shape[0])
+    torch.testing.assert_close(got, want, atol=FP32_ATOL, rtol=0)
