@@ -36,11 +36,16 @@ def review_pipeline(*, dense: bool = False, policy: SelectionPolicy | None = Non
     p = Pipeline("document_review", "Summary, clause extraction and risk assessment",
                  max_concurrency=max_concurrency)
     common = dict(dense=dense, policy=policy)
+    # One actor per task in flight: an actor runs its tasks one after another, and the replica
+    # batches the decode steps of generations that run at the same time.
+    agents = max_concurrency
     if summarize:
-        p.step("summarize", AgentSpec(role="summarizer", max_new_tokens=48, **common), over="sections")
+        p.step("summarize", AgentSpec(role="summarizer", max_new_tokens=48, **common), over="sections",
+               num_agents=agents)
     clauses = p.step("clauses", AgentSpec(role="clause_extractor", max_new_tokens=80, **common),
-                     over=[{"clause": k} for k in clause_kinds], num_agents=3)
-    p.step("risks", AgentSpec(role="risk_assessor", max_new_tokens=64, **common), over=clauses, when="present")
+                     over=[{"clause": k} for k in clause_kinds], num_agents=agents)
+    p.step("risks", AgentSpec(role="risk_assessor", max_new_tokens=64, **common), over=clauses, when="present",
+           num_agents=agents)
     return p.spec
 
 
@@ -76,7 +81,8 @@ def build_report(result: PipelineResult, document: dict, replica_info: dict) -> 
         "clauses_found": sum(c.present for c in clauses),
         "verified_citation_share": round(report.verified_share, 4),
         "prefills_on_replica": replica_info.get("prefills"),
-        "replica": {k: replica_info.get(k) for k in ("model_id", "device", "dtype", "kv_bytes_per_token")},
+        "replica": {k: replica_info.get(k) for k in ("model_id", "device", "dtype", "kv_bytes_per_token",
+                                                     "decode_batching")},
     }
     return report
 
