@@ -114,6 +114,9 @@ class DecodeBatcher(Generic[Item, Result]):
             self._execute(batch)
         finally:
             with self._cv:
+                for p in batch:  # only if _execute itself was interrupted: never leave a follower waiting
+                    if not p.done:
+                        p.error, p.done = RuntimeError("the batched decode step was interrupted"), True
                 self._leading = False
                 self._cv.notify_all()
         return self._unwrap(mine)

@@ -447,6 +447,25 @@ def test_1000_malformed_requests_only_4xx_and_replicas_survive(stack, a, ctx_a):
     print(f"1000 malformed requests in {elapsed:.1f} s, statuses {dict(sorted(statuses.items()))}")
 
 
+def test_concurrent_queries_give_the_answers_they_give_alone(stack, a, ctx_a):
+    """Queries in flight together share decode forwards on the replica (decode batching);
+    each must still get exactly its own greedy answer."""
+    questions = ["How much notice does termination need?", "Who pays the fees?",
+                 "What law governs the agreement?", "Is there a liability cap?"]
+
+    async def run() -> list[dict]:
+        async with httpx.AsyncClient(base_url=stack.url, headers={"Authorization": f"Bearer {KEY_A}"},
+                                     timeout=60) as client:
+            rs = await asyncio.gather(*(client.post(f"/v1/contexts/{ctx_a}/query",
+                                                    json={"question": q, "max_new_tokens": 12}) for q in questions))
+        assert all(r.status_code == 200 for r in rs), [r.text for r in rs]
+        return [r.json() for r in rs]
+
+    together = asyncio.run(run())
+    alone = [_query(a, ctx_a, question=q, max_new_tokens=12).json() for q in questions]
+    assert [t["answer"] for t in together] == [x["answer"] for x in alone]
+
+
 # ------------------------------------------------------------------------------ metrics and leaks
 def test_metrics_exposition(stack, a, ctx_a):
     assert _query(a, ctx_a, max_new_tokens=3).status_code == 200
