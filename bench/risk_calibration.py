@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 LABELLED = [
     ("low", "notices", "Notices shall be given in writing to the addresses set out above."),
-    ("low", "interpretation", "Headings are for convenience only and do not affect the interpretation of this Agreement."),
+    ("low", "interpretation", "Headings are for convenience only and do not affect the interpretation of this "
+                              "Agreement."),
     ("low", "counterparts", "This Agreement may be signed in any number of counterparts."),
     ("low", "costs", "Each Party shall bear its own costs of negotiating and entering into this Agreement."),
     ("low", "reporting", "The Supplier shall send the Customer a monthly report on the Services."),

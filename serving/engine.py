@@ -365,7 +365,8 @@ class LocalEngine(Engine):
             with prompt_lock:
                 logits = runner.extend(kv, tail, prompt_ids, pages, logit_ids=want or None)
             with decoding:
-                text, out, finish, ttft, emitted = self._decode(req, logits, step, copy, want, stop_ids, gen, on_text, t0)
+                text, out, finish, ttft, emitted = self._decode(req, logits, step, copy, want, stop_ids, gen,
+                                                                on_text, t0)
         if on_text is not None and len(text) > emitted:
             on_text(text[emitted:])
         total = time.perf_counter() - t0

@@ -45,7 +45,8 @@ from serving.static_query import (
 from serving.tokenize import stop_token_ids
 from serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
 
-__all__ = ["ModelRunner", "DecodeItem", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES", "FUSED_NORMS"]
+__all__ = ["ModelRunner", "DecodeItem", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES",
+           "FUSED_NORMS"]
 
 log = logging.getLogger(__name__)
 ATTN_IMPL = "agentctx_paged"
