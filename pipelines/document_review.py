@@ -36,16 +36,13 @@ def review_pipeline(*, dense: bool = False, policy: SelectionPolicy | None = Non
     p = Pipeline("document_review", "Summary, clause extraction and risk assessment",
                  max_concurrency=max_concurrency)
     common = dict(dense=dense, policy=policy)
-    # One actor per task in flight: an actor runs its tasks one after another, and the replica
-    # batches the decode steps of generations that run at the same time.
-    agents = max_concurrency
+    # Steps get one agent actor per task in flight (num_agents' default): an actor runs its tasks
+    # one after another, and the replica batches the decode steps of concurrent generations.
     if summarize:
-        p.step("summarize", AgentSpec(role="summarizer", max_new_tokens=48, **common), over="sections",
-               num_agents=agents)
+        p.step("summarize", AgentSpec(role="summarizer", max_new_tokens=48, **common), over="sections")
     clauses = p.step("clauses", AgentSpec(role="clause_extractor", max_new_tokens=80, **common),
-                     over=[{"clause": k} for k in clause_kinds], num_agents=agents)
-    p.step("risks", AgentSpec(role="risk_assessor", max_new_tokens=64, **common), over=clauses, when="present",
-           num_agents=agents)
+                     over=[{"clause": k} for k in clause_kinds])
+    p.step("risks", AgentSpec(role="risk_assessor", max_new_tokens=64, **common), over=clauses, when="present")
     return p.spec
 
 

@@ -40,7 +40,9 @@ class StepSpec(BaseModel):
     task: dict[str, Any] = Field(default_factory=dict, description="Fields merged into every task")
     retries: int = Field(1, ge=0, le=10)
     timeout_s: float = Field(600.0, gt=0)
-    num_agents: int = Field(2, ge=1, le=64, description="Agent actors serving this step's tasks")
+    num_agents: int | None = Field(
+        None, ge=1, le=64, description="Agent actors serving this step's tasks (each runs its tasks one after "
+                                       "another); None = the pipeline's max_concurrency")
 
     @field_validator("agent", mode="before")
     @classmethod

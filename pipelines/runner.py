@@ -37,6 +37,7 @@ class StepResult:
     attempts: int = 0
     seconds: float = 0.0
     stats: dict[str, float] = field(default_factory=dict)
+    agents: int = 0  # agent actors started for the step (replacements not counted)
 
     @property
     def ok_outputs(self) -> list[dict]:
@@ -124,8 +125,10 @@ class PipelineRunner:
                     bar.refresh()
                     if tasks:
                         actors[step.name] = [self._actor(step, context_id, tenant)
-                                             for _ in range(min(step.num_agents, len(tasks)))]
+                                             for _ in range(min(step.num_agents or spec.max_concurrency,
+                                                                len(tasks)))]
                         rr[step.name] = itertools.cycle(range(len(actors[step.name])))
+                        results[step.name].agents = len(actors[step.name])
                     queue.extend(_Task(step.name, i, t) for i, t in enumerate(tasks))
                     self._finish_step_if_done(step.name, results, remaining, actors, started)
                 if not queue and not in_flight:

@@ -21,6 +21,7 @@ def test_builder_wires_fan_out_over_step_outputs():
     ([{"name": "a", "agent": "qa"}, {"name": "a", "agent": "qa"}], "duplicate"),
     ([{"name": "a", "agent": "qa", "over": "everything"}], "over must be"),
     ([{"name": "a", "agent": "qa", "retries": -1}], "retries"),
+    ([{"name": "a", "agent": "qa", "num_agents": 0}], "num_agents"),
     ([{"name": "a", "agent": {"role": "qa", "temperature": 2}}], "temperature"),
 ])
 def test_invalid_pipelines_fail_naming_the_problem(steps, msg):

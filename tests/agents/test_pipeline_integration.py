@@ -57,6 +57,10 @@ def test_many_agents_one_prefill_and_references_released(runtime):
     assert not any(s.errors for s in result.steps.values()), {n: s.errors for n, s in result.steps.items()}
     outs = result.outputs("clauses")
     assert len(outs) == 4
+    # risks left num_agents unset: one actor per task in flight, up to max_concurrency
+    present = sum(o["present"] for o in outs)
+    assert result.steps["clauses"].agents == 4 and result.steps["risks"].agents == min(4, present)
+    assert result.steps["qa"].agents == 1
     for o in outs:  # copy-constrained quotes are source text, so every present clause is verified
         assert not o["present"] or o["citation"]["verified"]
         if o["present"]:
