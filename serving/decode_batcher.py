@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 __all__ = ["DecodeBatcher", "BatchStats"]
@@ -49,7 +49,7 @@ class _Pending(Generic[Item]):
     done: bool = False
     result: object = None
     error: BaseException | None = None
-    taken: bool = field(default=False)
+    taken: bool = False
 
 
 class DecodeBatcher(Generic[Item, Result]):
