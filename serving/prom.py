@@ -66,25 +66,23 @@ class _ReplicaCollector:
     def collect(self):
         with self._lock:
             infos = {k: v for k, (_, v) in self._infos.items()}
+        batching = {name: b if isinstance(b := info.get("decode_batching"), dict) else {}
+                    for name, info in infos.items()}
         for key, doc in _REPLICA_COUNTERS.items():
-            fam = CounterMetricFamily(f"agentctx_replica_{key}", f"Model replica: {doc}", labels=["replica"])
-            for name, info in infos.items():
-                if isinstance(info.get(key), (int, float)):
-                    fam.add_metric([name], float(info[key]))
-            yield fam
+            yield _family(CounterMetricFamily, f"agentctx_replica_{key}", doc, infos, key)
         for key, doc in _BATCH_COUNTERS.items():
-            fam = CounterMetricFamily(f"agentctx_replica_decode_{key}", f"Model replica: {doc}", labels=["replica"])
-            for name, info in infos.items():
-                batching = info.get("decode_batching")
-                if isinstance(batching, dict) and isinstance(batching.get(key), (int, float)):
-                    fam.add_metric([name], float(batching[key]))
-            yield fam
+            yield _family(CounterMetricFamily, f"agentctx_replica_decode_{key}", doc, batching, key)
         for key, doc in _REPLICA_GAUGES.items():
-            fam = GaugeMetricFamily(f"agentctx_replica_{key}", f"Model replica: {doc}", labels=["replica"])
-            for name, info in infos.items():
-                if isinstance(info.get(key), (int, float)):
-                    fam.add_metric([name], float(info[key]))
-            yield fam
+            yield _family(GaugeMetricFamily, f"agentctx_replica_{key}", doc, infos, key)
+
+
+def _family(cls, metric: str, doc: str, per_replica: dict[str, dict], key: str):
+    """One metric family with a sample per replica whose dict has a number under key."""
+    fam = cls(metric, f"Model replica: {doc}", labels=["replica"])
+    for name, values in per_replica.items():
+        if isinstance(values.get(key), (int, float)):
+            fam.add_metric([name], float(values[key]))
+    return fam
 
 
 class HttpMetrics:
