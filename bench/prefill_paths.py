@@ -1,12 +1,15 @@
-"""Shared-prefill throughput: fused/banded attention paths vs the square fp32 paths, and
-transformers' own forward, side by side in one process (CPU by default).
+"""Shared-prefill throughput by sliding-layer path, and transformers' own forward, side by side
+in one process.
 
-    python bench/prefill_paths.py                 # real Gemma 3 270M, 8K tokens, CPU
-    python bench/prefill_paths.py --tokens 4096 --model PATH
+    python bench/prefill_paths.py                                  # CPU: real Gemma 3 270M, 8K tokens
+    python bench/prefill_paths.py --model gemma3-270m-random --tokens 32k,128k,1m   # CUDA (H200)
 
-"square fp32" forces what the runner did before: blockwise fp32 attention for the chunk's
-causal part, the previous pages and the sliding window (kernels.positional with the fused
-kernels refused). All three produce the same last-token logits (checked).
+Paths of a prefill chunk's sliding-window layers (ModelRunner.sliding_prefill):
+"kernel" = the Triton band kernel (CUDA only), "banded" = SDPA band by band, "square" =
+blockwise fp32 with a positional mask over [previous window | chunk]. With ``--old`` also
+"square, no flash": the global layers' prefix and causal parts on the fp32 path too (what the
+runner did before the fused paths). Every path's last-token logits are compared with the
+banded path's and, up to ``--ref-max`` tokens, with transformers' one-shot forward.
 """
 
 from __future__ import annotations
@@ -22,48 +25,104 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 
+def _size(s: str) -> int:
+    s = s.strip().lower()
+    mult = {"k": 1024, "m": 1 << 20}.get(s[-1], 1)
+    return int(s.rstrip("km")) * mult
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=None, help="checkpoint dir (default: the embedded Gemma 3 270M)")
-    ap.add_argument("--tokens", type=int, default=8192)
-    ap.add_argument("--chunk", type=int, default=1024)
+    ap.add_argument("--model", default=None,
+                    help="checkpoint dir, or a bench model name (gemma3-270m-random, llama3-8b-random); "
+                         "default: the embedded Gemma 3 270M")
+    ap.add_argument("--tokens", default="8k", help="comma-separated sizes, e.g. 32k,128k,1m")
+    ap.add_argument("--chunk", type=int, default=None, help="prefill chunk (default 4096 CUDA, 1024 CPU)")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--reps", type=int, default=None, help="timed prefills per path (default 2 CUDA, 1 CPU)")
+    ap.add_argument("--ref-max", type=int, default=None,
+                    help="largest size for transformers' one-shot forward (default 32768 CUDA, 8192 CPU)")
+    ap.add_argument("--old", action="store_true", help="also the square path with the global layers' flash off")
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cuda = dev.type == "cuda"
+    chunk = args.chunk or (4096 if cuda else 1024)
+    reps = args.reps or (2 if cuda else 1)
+    ref_max = args.ref_max if args.ref_max is not None else (32768 if cuda else 8192)
+    sizes = [_size(s) for s in args.tokens.split(",")]
 
     import kernels.positional as kp
     import serving.model_runner as mr
-    from serving.model_loader import load_model
+    from kernels import tail_merge
 
-    loaded = load_model(args.model, device="cpu")
-    runner = mr.ModelRunner(loaded, page_size=256, prefill_chunk_tokens=args.chunk,
-                            max_context_tokens=max(args.tokens, 1 << 20))
+    if args.model and not Path(args.model).exists():
+        from bench.bench_session import build_model
+
+        loaded, info = build_model(args.model, dev, seed=0)
+    else:
+        from serving.model_loader import load_model
+
+        loaded = load_model(args.model, device=str(dev), dtype=torch.bfloat16 if cuda else torch.float32)
+        info = {"weights": "real"}
+    runner = mr.ModelRunner(loaded, page_size=256, prefill_chunk_tokens=chunk, max_context_tokens=max(sizes))
+    name = args.model or "embedded Gemma 3 270M"
+    print(f"# {name} ({info.get('weights')}, {runner.dtype}), {dev}"
+          f"{' ' + torch.cuda.get_device_name(dev) if cuda else ''}, chunk {chunk}, best of {reps}", flush=True)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    paths = (["kernel"] if cuda else []) + ["banded", "square"] + (["square, no flash"] if args.old else [])
+    rows = []
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(10, loaded.model.config.vocab_size - 10, (args.tokens,), generator=g).tolist()
-
-    def square(q, keys, vals, q_start, k_start, scale, window, softcap=None, block=None):
-        qpos = torch.arange(q_start, q_start + q.shape[0])
-        kpos = torch.arange(k_start, k_start + keys.shape[0])
-        return kp.masked_attention_lse(q, keys, vals, qpos, kpos, scale, window=window, softcap=softcap)[0]
-
-    def timed(label, fn):
-        t0 = time.perf_counter()
-        out = fn()
-        dt = time.perf_counter() - t0
-        print(f"{label:>28}: {dt:7.2f} s  {args.tokens / dt:7.0f} tok/s", flush=True)
-        return out, dt
-
-    with torch.inference_mode():
-        runner.prefill(ids[: args.chunk], progress=False)  # warm-up
-        new, t_new = timed("fused + banded (now)", lambda: runner.prefill(ids, progress=False).last_logits)
-        with mock.patch.object(mr, "sliding_window_attention", square), \
-                mock.patch.object(kp, "_flash_op", lambda *a, **k: None):
-            old, t_old = timed("square fp32 (before)", lambda: runner.prefill(ids, progress=False).last_logits)
-        ref, t_ref = timed("transformers forward", lambda: runner.reference_logits(ids)[-1])
-    print(f"now vs before: {t_old / t_new:.2f}x; now vs transformers: {t_ref / t_new:.2f}x; "
-          f"max |logit diff| now-before {(new - old).abs().max().item():.2e}, now-transformers "
-          f"{(new - ref).abs().max().item():.2e}")
+    for n in sizes:
+        ids = torch.randint(10, loaded.model.config.vocab_size - 10, (n,), generator=g).tolist()
+        logits, secs = {}, {}
+        with torch.inference_mode():
+            for path in paths:
+                runner.sliding_prefill = path.split(",")[0]
+                patch = mock.patch.object(kp, "_flash_op", lambda *a, **k: None) if "no flash" in path else None
+                if patch:
+                    patch.start()
+                try:
+                    runner.prefill(ids[: 2 * chunk], progress=False)  # warm-up: compile, check, allocate
+                    best = float("inf")
+                    for _ in range(reps):
+                        sync()
+                        t0 = time.perf_counter()
+                        doc = runner.prefill(ids, progress=False)
+                        sync()
+                        best = min(best, time.perf_counter() - t0)
+                        logits[path] = doc.last_logits.float().cpu()
+                        del doc
+                finally:
+                    if patch:
+                        patch.stop()
+                secs[path] = best
+                print(f"{n:>8} {path:>18}: {best:8.2f} s {n / best:9.0f} tok/s", flush=True)
+            if n <= ref_max:
+                sync()
+                t0 = time.perf_counter()
+                logits["transformers"] = runner.reference_logits(ids)[-1].float().cpu()
+                sync()
+                secs["transformers"] = time.perf_counter() - t0
+                print(f"{n:>8} {'transformers':>18}: {secs['transformers']:8.2f} s "
+                      f"{n / secs['transformers']:9.0f} tok/s (one shot)", flush=True)
+        base = logits["banded"]
+        for path, t in secs.items():
+            rel = ((logits[path] - base).norm() / base.norm()).item()
+            rows.append((n, path, t, n / t, secs["banded"] / t, rel))
+    checked = {sig: ok for sig, ok in tail_merge._checked.items() if sig[0] == "window"}
+    if checked:
+        print(f"window kernel first-call checks: {checked}")
+    print("\n| tokens | path | s | tok/s | speed vs banded | last logits rel diff vs banded |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for n, path, t, tps, ratio, rel in rows:
+        print(f"| {n} | {path} | {t:.2f} | {tps:,.0f} | {ratio:.2f}x | {rel:.1e} |")
     return 0
 
 

@@ -52,19 +52,24 @@ def main() -> int:
     # (label, query mode, fused norms, tail impl). "+tk" = the slot-buffer kernels of
     # kernels/tail_merge.py (global layers: the query's own tokens merged with the pages;
     # sliding layers: the window band), "+fn" = fused RMSNorm; both CUDA only (Triton).
-    variants = [("eager", "eager", False, "torch"), ("static", "static", False, "torch")]
+    # "-w" = the sliding layers' window band on the torch path (SDPA with a band mask) while
+    # the global layers keep the tail kernel: what the window kernel alone buys.
+    variants = [("eager", "eager", False, "torch", "torch"), ("static", "static", False, "torch", "torch")]
     if dev.type == "cuda":
-        variants += [("graph", "graph", False, "torch"), ("graph+tk", "graph", False, "auto")]
+        variants += [("graph", "graph", False, "torch", "torch"), ("graph+tk", "graph", False, "auto", "auto")]
         if runner.norms is not None and runner.norms.fused:
-            variants += [("eager+fn", "eager", True, "torch"), ("graph+tk+fn", "graph", True, "auto")]
+            variants += [("eager+fn", "eager", True, "torch", "torch"),
+                         ("graph+tk+fn-w", "graph", True, "auto", "torch"),
+                         ("graph+tk+fn", "graph", True, "auto", "auto")]
     has_fused = runner.fused_norms
     wall: dict[str, tuple[float, float]] = {}
     first: dict[str, list[int]] = {}
     first_logits: dict[str, torch.Tensor] = {}
     with torch.inference_mode():
         replays = {}
-        for label, mode, fused, tail_impl in variants:
+        for label, mode, fused, tail_impl, window_impl in variants:
             runner.query_mode, runner.fused_norms, runner.tail_impl = mode, fused, tail_impl
+            runner.window_impl = window_impl
             doc.query_slots.clear()  # captured graphs keep the kernels they were captured with
             for rep in range(2):  # the first round compiles / captures
                 tail = runner.new_tail(doc)
@@ -112,7 +117,8 @@ def main() -> int:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         profiles = {}
         for fused in ([False, True] if has_fused else [False]):
-            runner.fused_norms, runner.tail_impl = fused, "auto" if fused else "torch"
+            runner.fused_norms = fused
+            runner.tail_impl = runner.window_impl = "auto" if fused else "torch"
             doc.query_slots.clear()
             tail = runner.new_tail(doc)
             runner.extend(doc, tail, ids[: args.prompt], pages)
@@ -129,7 +135,7 @@ def main() -> int:
         p, d = wall[label]
         rel = ((first_logits[label] - ref).norm() / ref.norm()).item()
         same = "same tokens as eager" if first[label] == first["eager"] else f"different tokens: {first[label]}"
-        print(f"{label:>9}: prompt forward {1e3 * p:7.2f} ms ({base_p / p:5.1f}x eager), decode forward "
+        print(f"{label:>13}: prompt forward {1e3 * p:7.2f} ms ({base_p / p:5.1f}x eager), decode forward "
               f"{1e3 * d:7.2f} ms ({base_d / d:5.1f}x eager); first logits rel diff {rel:.1e}; {same}")
     if rounds:
         base = sorted(rounds["graph"])[3]
@@ -141,6 +147,9 @@ def main() -> int:
         gpu_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in ev) / args.steps
         print(f"static{'+tk+fn' if fused else ''}: kernel launches per forward: {launches / args.steps:.0f}; "
               f"GPU busy per forward: {gpu_us / 1e3:.2f} ms")
+    from kernels import tail_merge
+
+    print(f"slot kernels' first-call checks (True = kernel in use): {tail_merge._checked}")
     print(profiles[has_fused].table(sort_by=args.sort, row_limit=22, max_name_column_width=60))
     return 0
 

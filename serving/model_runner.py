@@ -32,6 +32,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from kernels import attend_selected, merge_attention
 from kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
+from kernels.tail_merge import attend_window
 from serving.fused_norms import FusedNorms, install_norms, norms_active
 from serving.model_loader import LoadedModel
 from serving.paged_kv import DocKV, LayerLayout, QueryTail
@@ -46,7 +47,7 @@ from serving.tokenize import stop_token_ids
 from serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
 
 __all__ = ["ModelRunner", "DecodeItem", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES",
-           "FUSED_NORMS"]
+           "FUSED_NORMS", "SLIDING_PREFILL"]
 
 log = logging.getLogger(__name__)
 ATTN_IMPL = "agentctx_paged"
@@ -57,6 +58,11 @@ QUERY_MODES = ("auto", "eager", "static", "graph")
 # RMSNorm modules as one Triton kernel each during our forwards (serving/fused_norms.py):
 # "auto" = on for CUDA models when triton is installed.
 FUSED_NORMS = ("auto", "on", "off")
+# How a prefill chunk's sliding-window layers attend (the chunk after the previous window):
+# "kernel" = the Triton band kernel (kernels/tail_merge.attend_window, first call checked
+# against the torch path), "banded" = SDPA band by band, "square" = blockwise fp32 with a
+# positional mask over the whole chunk (the reference), "auto" = kernel on CUDA, banded elsewhere.
+SLIDING_PREFILL = ("auto", "kernel", "banded", "square")
 _MAX_SLOT_SETS = 4  # static slot sets (table widths) kept per document
 
 
@@ -65,6 +71,7 @@ class _PrefillStep:
     doc: DocKV
     positions: torch.Tensor  # (T,) absolute positions of this chunk
     first_page: int  # page index where the chunk starts (chunks are page aligned)
+    sliding: str = "banded"  # sliding-layer path: see SLIDING_PREFILL
 
 
 @dataclass
@@ -150,12 +157,15 @@ def _sliding(step, layer, q, k, v, scale, softcap, window):
         # Only the last W tokens can ever be seen again by a sliding layer.
         doc.window_k[layer] = keys[-window:].clone()
         doc.window_v[layer] = vals[-window:].clone()
-        if q.device.type == "cpu":
-            # Band by band through SDPA: ~3x faster on CPU than the square fp32 path. CUDA keeps
-            # the square path until the banded one is measured on a GPU.
+        n_prev = keys.shape[0] - k.shape[0]
+        if step.sliding == "kernel":
+            # Query i sits at buffer entry n_prev + i; the kernel reads only each row tile's band.
+            slots = torch.arange(k.shape[0], device=q.device, dtype=torch.int32)
+            return attend_window(q, keys, vals, slots, n_prev, window, scale, softcap, check=False)
+        if step.sliding == "banded":
+            # Band by band through SDPA: a block of W queries reads 2W - 1 keys, not the chunk.
             q_start = step.first_page * doc.page_size
-            return sliding_window_attention(q, keys, vals, q_start, q_start + k.shape[0] - keys.shape[0], scale,
-                                            window, softcap)
+            return sliding_window_attention(q, keys, vals, q_start, q_start - n_prev, scale, window, softcap)
         kpos = step.positions if wk is None else torch.cat([doc.window_pos, step.positions])
     out, _ = masked_attention_lse(q, keys, vals, step.positions, kpos, scale, window=window, softcap=softcap)
     return out
@@ -271,6 +281,9 @@ class ModelRunner:
         # layer on CUDA (kernels/tail_merge.py); "torch" keeps the plain-PyTorch path. Like
         # fused_norms, set it before the first query: captured graphs keep what they captured.
         self.tail_impl = "torch" if kernel_impl == "torch" else "auto"
+        # The sliding layers' window band alone (bench/profile_step.py times it on and off).
+        self.window_impl = self.tail_impl
+        self.sliding_prefill = "auto" if kernel_impl != "torch" else "banded"  # see SLIDING_PREFILL
         self.model.config._attn_implementation = ATTN_IMPL
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
@@ -356,12 +369,17 @@ class ModelRunner:
             )
         doc = DocKV.allocate(self.layout, self.page_size, n, self.dtype, self.device)
         chunk = self.prefill_chunk_tokens
+        sliding = self.sliding_prefill
+        if sliding not in SLIDING_PREFILL:
+            raise ValueError(f"sliding_prefill must be one of {SLIDING_PREFILL}, got {sliding!r}")
+        if sliding == "auto":
+            sliding = "kernel" if self.device.type == "cuda" else "banded"
         bar = tqdm(total=n, unit="tok", desc="prefill", disable=not progress or n <= 4 * chunk)
         hidden = None
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
             pos = torch.arange(start, end, device=self.device)
-            step = _PrefillStep(doc=doc, positions=pos, first_page=start // self.page_size)
+            step = _PrefillStep(doc=doc, positions=pos, first_page=start // self.page_size, sliding=sliding)
             hidden = self._hidden(ids[start:end], pos, step)
             if self.layout.sliding_layers:
                 doc.window_pos = torch.arange(max(0, end - self.layout.window), end, device=self.device)

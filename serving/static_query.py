@@ -244,7 +244,7 @@ def static_attention(step: StaticStep, layer: int, q, k, v, scale: float, softca
         keys.index_copy_(0, dst, k)
         vals.index_copy_(0, dst, v)
         return attend_window(q, keys, vals, step.slots, qs.wt, layout.window, scale, softcap,
-                             impl=qs.runner.tail_impl, check=False)
+                             impl=qs.runner.window_impl, check=False)
     tk, tv = qs.tail_k[layer], qs.tail_v[layer]
     tk.index_copy_(0, step.slots, k)
     tv.index_copy_(0, step.slots, v)

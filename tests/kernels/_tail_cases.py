@@ -42,6 +42,14 @@ def tail_cases(small: bool = True) -> dict[str, dict]:
                                              offset=20, seed=61)
     cases["window-softcap"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=9, C=16 + 64, base=40, window=16,
                                    offset=16, softcap=20.0, seed=62)
+    # A prefill chunk: [previous window | chunk], many row tiles, each reading only its band.
+    cases["window-prefill-chunk"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=160, C=32 + 160, base=0, window=32,
+                                         offset=32, seed=64)
+    cases["window-prefill-first-chunk"] = dict(dtype="fp32", Hq=8, Hkv=2, D=64, Tq=96, C=96, base=0, window=40,
+                                               offset=0, seed=65)
+    if not small:  # the shape the shared prefill runs on a GPU (Gemma 3: W 512, 4096-token chunks)
+        cases["window-prefill-4k"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=4096, C=512 + 4096, base=0,
+                                          window=512, offset=512, seed=66)
     cases["window-one"] = dict(dtype="fp32", Hq=4, Hkv=2, D=64, Tq=4, C=48, base=7, window=1, offset=8, seed=63)
     return cases
 

@@ -87,3 +87,30 @@ def test_unsupported_model_dirs(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(ModelLoadError, match="no \\*.safetensors"):
         load_model(tmp_path)
+
+
+@pytest.mark.parametrize("sliding", ["kernel", "square"])
+def test_sliding_prefill_paths_agree(sliding, tmp_path):
+    """Each way a prefill chunk's sliding layers can attend (SLIDING_PREFILL) gives the banded
+    path's logits and keeps the same last-window KV; on CPU "kernel" runs its torch reference,
+    which takes the same slot layout the Triton kernel does (previous window, then the chunk)."""
+    path = make_tiny_checkpoint("gemma3_text", tmp_path)
+    runner = ModelRunner(load_model(path, device="cpu"), page_size=16, prefill_chunk_tokens=32)
+    ids = _ids(150, 8)  # 5 chunks, the last one short; window 16 < chunk
+    runner.sliding_prefill = "banded"
+    want = runner.prefill(ids, progress=False)
+    runner.sliding_prefill = sliding
+    got = runner.prefill(ids, progress=False)
+    torch.testing.assert_close(got.last_logits, want.last_logits, atol=FP32_ATOL, rtol=0)
+    assert got.window_k.keys() == want.window_k.keys() and got.window_k
+    for layer in want.window_k:
+        torch.testing.assert_close(got.window_k[layer], want.window_k[layer], atol=FP32_ATOL, rtol=0)
+    torch.testing.assert_close(got.last_logits, runner.reference_logits(ids)[-1], atol=FP32_ATOL, rtol=0)
+
+
+def test_sliding_prefill_refuses_unknown_path(tmp_path):
+    runner = ModelRunner(load_model(make_tiny_checkpoint("gemma3_text", tmp_path), device="cpu"), page_size=16,
+                         prefill_chunk_tokens=32)
+    runner.sliding_prefill = "fast"
+    with pytest.raises(ValueError, match="sliding_prefill must be one of"):
+        runner.prefill(_ids(20, 9), progress=False)
