@@ -5,7 +5,7 @@ in one process.
     python bench/prefill_paths.py --model gemma3-270m-random --tokens 32k,128k,1m   # CUDA (H200)
 
 Paths of a prefill chunk's sliding-window layers (ModelRunner.sliding_prefill):
-"kernel" = the Triton band kernel (CUDA only), "banded" = SDPA band by band, "square" =
+"kernel" = the Triton band kernel (CUDA only; "kernel-m16" with 16-row tiles), "banded" = SDPA band by band, "square" =
 blockwise fp32 with a positional mask over [previous window | chunk]. With ``--old`` also
 "square, no flash": the global layers' prefix and causal parts on the fp32 path too (what the
 runner did before the fused paths). Every path's last-token logits are compared with the
@@ -76,7 +76,7 @@ def main() -> int:
         if cuda:
             torch.cuda.synchronize(dev)
 
-    paths = (["kernel"] if cuda else []) + ["banded", "square"] + (["square, no flash"] if args.old else [])
+    paths = (["kernel", "kernel-m16"] if cuda else []) + ["banded", "square"] + (["square, no flash"] if args.old else [])
     rows = []
     g = torch.Generator().manual_seed(0)
     for n in sizes:
@@ -84,9 +84,13 @@ def main() -> int:
         logits, secs = {}, {}
         with torch.inference_mode():
             for path in paths:
-                runner.sliding_prefill = path.split(",")[0]
-                patch = mock.patch.object(kp, "_flash_op", lambda *a, **k: None) if "no flash" in path else None
-                if patch:
+                runner.sliding_prefill = path.split(",")[0].split("-")[0]
+                patches = []
+                if "no flash" in path:
+                    patches.append(mock.patch.object(kp, "_flash_op", lambda *a, **k: None))
+                if path == "kernel-m16":  # 16-row tiles for the prefill chunk too
+                    patches.append(mock.patch.object(tail_merge, "WINDOW_SMALL_ROWS", 1 << 40))
+                for patch in patches:
                     patch.start()
                 try:
                     runner.prefill(ids[: 2 * chunk], progress=False)  # warm-up: compile, check, allocate
@@ -100,7 +104,7 @@ def main() -> int:
                         logits[path] = doc.last_logits.float().cpu()
                         del doc
                 finally:
-                    if patch:
+                    for patch in patches:
                         patch.stop()
                 secs[path] = best
                 print(f"{n:>8} {path:>18}: {best:8.2f} s {n / best:9.0f} tok/s", flush=True)

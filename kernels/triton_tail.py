@@ -21,7 +21,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without triton
     raise ImportError("kernels.triton_tail needs the 'triton' package (pip install triton)") from exc
 
-from .tail_merge import block_m_for
+from . import tail_merge
 from .triton_attend import INTERPRET
 
 __all__ = ["triton_tail_merged", "triton_window"]
@@ -127,7 +127,7 @@ def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap) -
     has_pages = o_pages is not None
     if not has_pages:  # unused by the kernel; any valid pointers will do
         o_pages, lse_pages = out, out
-    block_m = block_m_for(rows)
+    block_m = tail_merge.block_m_for(rows, "window" if window else "tail_merged")
     block_d = triton.next_power_of_2(max(d, 16))
     block_n = 32 if (block_d >= 256 or block_m >= 64) else 64
     use_softcap = bool(softcap)
