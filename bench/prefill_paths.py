@@ -5,10 +5,10 @@ in one process.
     python bench/prefill_paths.py --model gemma3-270m-random --tokens 32k,128k,1m   # CUDA (H200)
 
 Paths of a prefill chunk's sliding-window layers (ModelRunner.sliding_prefill):
-"kernel" = the Triton band kernel (CUDA only; "kernel-m16" with 16-row tiles), "banded" = SDPA band by band, "square" =
-blockwise fp32 with a positional mask over [previous window | chunk]. With ``--old`` also
-"square, no flash": the global layers' prefix and causal parts on the fp32 path too (what the
-runner did before the fused paths). Every path's last-token logits are compared with the
+"kernel" = the Triton band kernel (CUDA only; "kernel-m64" with 64-row tiles instead of 16),
+"banded" = SDPA band by band, "square" = blockwise fp32 with a positional mask over
+[previous window | chunk]. With ``--old`` also "square, no flash": the global layers' prefix
+and causal parts on the fp32 path too (what the runner did before the fused paths). Every path's last-token logits are compared with the
 banded path's and, up to ``--ref-max`` tokens, with transformers' one-shot forward.
 """
 
@@ -76,7 +76,8 @@ def main() -> int:
         if cuda:
             torch.cuda.synchronize(dev)
 
-    paths = (["kernel", "kernel-m16"] if cuda else []) + ["banded", "square"] + (["square, no flash"] if args.old else [])
+    paths = (["kernel", "kernel-m64"] if cuda else []) + ["banded", "square"]
+    paths += ["square, no flash"] if args.old else []
     rows = []
     g = torch.Generator().manual_seed(0)
     for n in sizes:
@@ -88,8 +89,8 @@ def main() -> int:
                 patches = []
                 if "no flash" in path:
                     patches.append(mock.patch.object(kp, "_flash_op", lambda *a, **k: None))
-                if path == "kernel-m16":  # 16-row tiles for the prefill chunk too
-                    patches.append(mock.patch.object(tail_merge, "WINDOW_SMALL_ROWS", 1 << 40))
+                if path == "kernel-m64":  # the kernel with 64-row tiles, as first written
+                    patches.append(mock.patch.object(tail_merge, "WINDOW_BLOCK_M", 64))
                 for patch in patches:
                     patch.start()
                 try:

@@ -68,19 +68,18 @@ def _kernel_or_reference(signature: tuple, kernel, reference, dtype: torch.dtype
     return want
 
 
-# The window kernel streams a band of W + rows/group entries per row tile, W = 512 for Gemma 3.
-# Up to this many rows (a query's prompt or decode step) it uses 16-row tiles: more programs
-# in flight, each with a quarter of the fp32 PV work per step. Measured on the H200 (Gemma-3-270M,
-# 1M KV): a 24-token prompt's forward took 7.8 ms with 64-row tiles against 5.0 ms for the SDPA
-# band path (bench/profile_step.py). Prefill chunks (thousands of rows) keep 64-row tiles, which
-# re-read each band a quarter as often.
-WINDOW_SMALL_ROWS = 1024
+# Row tile of the window kernel, whatever the row count. Each tile streams a band of
+# W + rows/group entries (W = 512 for Gemma 3) with an fp32 PV product. Measured on the H200
+# (Gemma-3-270M, bench/prefill_paths.py and bench/profile_step.py): 16-row tiles beat 64-row
+# ones for a prefill chunk (1.14-1.19x, 32K-512K tokens) and for a 24-token prompt's forward
+# at 1M (4.45 vs 7.82 ms); with 64-row tiles the prompt ran slower than the SDPA band path.
+WINDOW_BLOCK_M = 16
 
 
 def block_m_for(rows: int, kind: str = "tail_merged") -> int:
     """Row tile of the slot kernels for (query token, head-in-group) rows; tl.dot needs >= 16."""
-    if kind == "window" and rows <= WINDOW_SMALL_ROWS:
-        return 16
+    if kind == "window":
+        return WINDOW_BLOCK_M
     return 16 if rows <= 16 else (32 if rows <= 32 else 64)
 
 

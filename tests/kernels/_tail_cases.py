@@ -45,7 +45,7 @@ def tail_cases(small: bool = True) -> dict[str, dict]:
     # A prefill chunk: [previous window | chunk], many row tiles, each reading only its band.
     cases["window-prefill-chunk"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=160, C=32 + 160, base=0, window=32,
                                          offset=32, seed=64)
-    # 1,280 rows: over WINDOW_SMALL_ROWS, so 64-row tiles (the shape of a GPU prefill chunk).
+    # 1,280 rows in 80 row tiles, each reading only its band.
     cases["window-prefill-first-chunk"] = dict(dtype="fp32", Hq=16, Hkv=2, D=64, Tq=160, C=160, base=0, window=40,
                                                offset=0, seed=65)
     if not small:  # the shape the shared prefill runs on a GPU (Gemma 3: W 512, 4096-token chunks)
