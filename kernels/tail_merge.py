@@ -29,7 +29,8 @@ import logging
 from .merge import merge_attention
 from .positional import masked_attention_with_mask, window_attention
 
-__all__ = ["attend_tail_merged", "attend_tail_merged_reference", "attend_window", "attend_window_reference"]
+__all__ = ["attend_tail_merged", "attend_tail_merged_reference", "attend_window", "attend_window_reference",
+           "first_call_results"]
 
 log = logging.getLogger(__name__)
 # Relative error of the kernel vs the torch path that its first call per launch signature
@@ -74,6 +75,18 @@ def _kernel_or_reference(signature: tuple, kernel, reference, dtype: torch.dtype
 # ones for a prefill chunk (1.14-1.19x, 32K-512K tokens) and for a 24-token prompt's forward
 # at 1M (4.45 vs 7.82 ms); with 64-row tiles the prompt ran slower than the SDPA band path.
 WINDOW_BLOCK_M = 16
+
+
+def first_call_results() -> dict[str, str]:
+    """What the first-call checks decided so far, for operators: "<kernel> <dtype> <heads>x<dim>
+    m<tile>" -> "triton" (kernel in use) or "torch fallback" (mismatch or compile error, logged)."""
+    out = {}
+    for sig, ok in _checked.items():
+        if len(sig) == 8:  # (kind, device, dtype, Hq, Hkv, D, softcap, block_m); tests add others
+            kind, _, dtype, hq, hkv, d, _, bm = sig
+            name = f"{kind} {str(dtype).replace('torch.', '')} {hq}/{hkv}x{d} m{bm}"
+            out[name] = "triton" if ok else "torch fallback"
+    return out
 
 
 def block_m_for(rows: int, kind: str = "tail_merged") -> int:

@@ -18,6 +18,7 @@ from contextlib import nullcontext
 
 import torch
 
+from kernels.tail_merge import first_call_results
 from serving.model_loader import LoadedModel, load_model
 from serving.copy_constraint import CopyConstraint
 from serving.decode_batcher import DecodeBatcher
@@ -245,7 +246,7 @@ class LocalEngine(Engine):
                     "largest": b.stats.max_rows, "fallbacks": b.stats.fallbacks} if b else None
         return {"engine": self.kind, "device": str(r.device), "dtype": str(r.dtype).replace("torch.", ""),
                 "query_mode": r.query_mode, "fused_norms": len(r.norms.fused) if r.norms else 0,
-                "decode_batching": batching,
+                "decode_batching": batching, "slot_kernels": first_call_results(),
                 "kv_bytes_per_token": r.layout.kv_bytes_per_token(r.dtype), "cached_contexts": len(self._docs),
                 "cached_bytes": self.cached_bytes()}
 

@@ -123,6 +123,23 @@ def test_first_call_check_falls_back_to_torch_on_a_wrong_or_failing_kernel(caplo
     assert "failed its first-call check" in caplog.text and "no compile" in caplog.text
 
 
+def test_first_call_results_report_kernel_or_fallback():
+    from kernels import tail_merge as tm
+
+    good = ("window", "cuda:0", torch.bfloat16, 4, 1, 256, False, 16)
+    bad = ("tail_merged", "cuda:0", torch.float16, 8, 2, 128, False, 64)
+    saved = dict(tm._checked)
+    try:
+        tm._checked.update({good: True, bad: False, ("test-odd",): True})
+        got = tm.first_call_results()
+        assert got["window bfloat16 4/1x256 m16"] == "triton"
+        assert got["tail_merged float16 8/2x128 m64"] == "torch fallback"
+        assert not any("test-odd" in k for k in got)
+    finally:
+        tm._checked.clear()
+        tm._checked.update(saved)
+
+
 def test_first_call_check_keeps_a_correct_kernel():
     from kernels import tail_merge as tm
 

@@ -90,6 +90,8 @@ def test_engine_on_cuda_graphs_matches_eager_engine(tmp_path):
         assert abs(a - b) < 1e-3
     slots = graph._docs["c"].query_slots
     assert slots and all(s.graphs and not s.failed for s in slots.values())
+    kernels = graph.describe()["slot_kernels"]
+    assert any(k.startswith("window float32") for k in kernels) and set(kernels.values()) == {"triton"}, kernels
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
