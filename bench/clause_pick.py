@@ -50,7 +50,7 @@ def _seeds(s: str) -> list[int]:
     return out
 
 
-def record(rt: Runtime, seed: int, tokens: int, wide: int) -> list[dict]:
+def record(rt: Runtime, seed: int, tokens: int, wide: int, sink: bool = False) -> list[dict]:
     contract = generate_contract(tokens, num_needles=4, seed=seed)
     ctx, _ = rt.load_context(contract.text, tenant=f"pick-{seed}")
     rows = []
@@ -61,7 +61,10 @@ def record(rt: Runtime, seed: int, tokens: int, wide: int) -> list[dict]:
                 continue
             kind = CLAUSE_TAXONOMY[k]
             plan = ctx.plan(kind.query)
-            spans = candidate_sentences(ctx, _quote_source(plan))
+            source = _quote_source(plan)
+            if sink:  # the always-attended sink pages' sentences are candidates too
+                source = sorted(set(source) | set(plan.pages_with("sink")))
+            spans = candidate_sentences(ctx, source)
             if not spans:
                 rows.append({"seed": seed, "kind": k, "sims": [], "llm": [], "correct": []})
                 continue
@@ -115,6 +118,7 @@ def main() -> int:
     ap.add_argument("--seeds", default="1-10")
     ap.add_argument("--tokens", type=int, default=8000)
     ap.add_argument("--wide", type=int, default=max(WIDTHS), help="candidates scored by the LLM per kind")
+    ap.add_argument("--sink", action="store_true", help="sink pages' sentences are candidates too")
     ap.add_argument("--records", default=None, help="score rules on saved records (JSON) instead of running")
     ap.add_argument("--out", default="bench/results/clause_pick.json")
     args = ap.parse_args()
@@ -127,10 +131,11 @@ def main() -> int:
         t0 = time.perf_counter()
         with Runtime.start(AgentctxConfig()) as rt:
             for seed in seeds:
-                records += record(rt, seed, args.tokens, args.wide)
+                records += record(rt, seed, args.tokens, args.wide, args.sink)
                 print(f"[{time.perf_counter() - t0:6.0f}s] seed {seed}: {len(records)} records", flush=True)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"tokens": args.tokens, "seeds": seeds, "records": records}, indent=1))
+        Path(args.out).write_text(json.dumps({"tokens": args.tokens, "seeds": seeds, "sink": args.sink,
+                                                  "records": records}, indent=1))
     half = len(seeds) // 2
     sel = [r for r in records if r["seed"] in seeds[:half]]
     held = [r for r in records if r["seed"] in seeds[half:]]
