@@ -58,7 +58,7 @@ def score(findings: list[dict], contract) -> dict:
 
 def embedding_only(ctx, contract, n: int) -> dict:
     """Ablation: the same candidate sentences, picked by embedding similarity alone (no LLM)."""
-    from agentctx.agents.roles import _quote_source, candidate_sentences, cite
+    from agentctx.agents.roles import candidate_sentences, cite, clause_candidate_pages
     from agentctx.agents.taxonomy import CLAUSE_TAXONOMY
 
     t0 = time.perf_counter()
@@ -66,7 +66,7 @@ def embedding_only(ctx, contract, n: int) -> dict:
     for k in CLAUSE_KINDS:
         kind = CLAUSE_TAXONOMY[k]
         ranking = ctx.plan(kind.query)
-        spans = candidate_sentences(ctx, _quote_source(ranking))
+        spans = candidate_sentences(ctx, clause_candidate_pages(ranking))
         if not spans:
             continue
         texts = [ctx.text[s:e] for s, e in spans]

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentctx.agents import CLAUSE_KINDS  # noqa: E402
-from agentctx.agents.roles import _quote_source, candidate_sentences  # noqa: E402
+from agentctx.agents.roles import _quote_source, candidate_sentences, clause_candidate_pages  # noqa: E402
 from agentctx.agents.taxonomy import CLAUSE_TAXONOMY  # noqa: E402
 from agentctx.config import AgentctxConfig  # noqa: E402
 from agentctx.runtime import Runtime  # noqa: E402
@@ -61,10 +61,8 @@ def record(rt: Runtime, seed: int, tokens: int, wide: int, sink: bool = False) -
                 continue
             kind = CLAUSE_TAXONOMY[k]
             plan = ctx.plan(kind.query)
-            source = _quote_source(plan)
-            if sink:  # the always-attended sink pages' sentences are candidates too
-                source = sorted(set(source) | set(plan.pages_with("sink")))
-            spans = candidate_sentences(ctx, source)
+            # --sink: the extractor's candidates (retrieved + sink pages); else retrieved pages only
+            spans = candidate_sentences(ctx, clause_candidate_pages(plan) if sink else _quote_source(plan))
             if not spans:
                 rows.append({"seed": seed, "kind": k, "sims": [], "llm": [], "correct": []})
                 continue
@@ -118,7 +116,9 @@ def main() -> int:
     ap.add_argument("--seeds", default="1-10")
     ap.add_argument("--tokens", type=int, default=8000)
     ap.add_argument("--wide", type=int, default=max(WIDTHS), help="candidates scored by the LLM per kind")
-    ap.add_argument("--sink", action="store_true", help="sink pages' sentences are candidates too")
+    ap.add_argument("--sink", action="store_true",
+                    help="candidates from the retrieved and the sink pages, as the extractor does since "
+                         "2026-12-03 (default: retrieved pages only, as before)")
     ap.add_argument("--records", default=None, help="score rules on saved records (JSON) instead of running")
     ap.add_argument("--out", default="bench/results/clause_pick.json")
     args = ap.parse_args()

@@ -47,6 +47,14 @@ def _quote_source(plan: AttendPlan, max_pages: int = 4) -> list[int]:
     return list(plan.pages_with("retrieved") + plan.pages_with("neighbor")) or list(plan.pages)
 
 
+def clause_candidate_pages(plan: AttendPlan) -> list[int]:
+    """Pages whose sentences a clause quote is picked from: the best-ranked retrieved pages plus
+    the always-attended sink pages. A contract's first page (its parties, often its preamble) is
+    a sink page that page-level retrieval rarely ranks: on 12 synthetic contracts the parties
+    clause had no correct candidate in 9 without it and 0 with it (bench/clause_pick.py)."""
+    return sorted(set(_quote_source(plan)) | set(plan.pages_with("sink")))
+
+
 def _snippet(text: str, n: int = 80) -> str:
     s = " ".join(text.split())[:n]
     return s.rsplit(" ", 1)[0] if " " in s else s
@@ -102,10 +110,11 @@ def candidate_sentences(ctx: Context, pages: list[int], min_chars: int = 24) -> 
 class ClauseExtractor(Agent):
     """Quote the sentence that carries a clause kind.
 
-    Candidates are the sentences of the best-ranked retrieved pages; the embedding
-    model shortlists them and the LLM, attending to the planned pages, picks the
-    one it finds most likely as the answer (length-normalised log-likelihood). The
-    quote is therefore source text, and its citation is verified against the source.
+    Candidates are the sentences of the best-ranked retrieved pages and the sink pages
+    (:func:`clause_candidate_pages`); the embedding model shortlists them and the LLM,
+    attending to the planned pages, picks the one it finds most likely as the answer
+    (length-normalised log-likelihood). The quote is therefore source text, and its
+    citation is verified against the source.
     """
 
     role = "clause_extractor"
@@ -117,7 +126,7 @@ class ClauseExtractor(Agent):
         ranking = ctx.plan(kind.query, self.spec.policy)  # candidates come from retrieval in both modes
         plan = None if self.spec.dense else ranking
         util = plan.utilization if plan is not None else 1.0
-        spans = candidate_sentences(ctx, _quote_source(ranking))
+        spans = candidate_sentences(ctx, clause_candidate_pages(ranking))
         if not spans:
             return ClauseFinding(kind=kind.kind, present=False, utilization=util)
         texts = [ctx.text[s:e] for s, e in spans]
