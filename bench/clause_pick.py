@@ -1,9 +1,9 @@
 """How the clause extractor should pick its quote: the LLM's choice, the embedding ranking, or both.
 
 For synthetic contracts with planted clause articles (bench/contracts.py, one per seed), this
-records for every clause kind the candidate sentences the extractor sees (those of the
-best-ranked retrieved pages, agentctx/agents/roles.py), their MiniLM similarity to the kind's
-query, the LLM's per-token log-likelihood of each of the top ``--wide`` candidates as the answer
+records for every clause kind the candidate sentences (those of the best-ranked retrieved pages;
+with ``--sink`` also of the sink pages, as agentctx/agents/roles.py now does), their MiniLM
+similarity to the kind's query, the LLM's per-token log-likelihood of each of the top ``--wide`` candidates as the answer
 (the extractor's own prompt and attended pages), and whether each lies in a planted article of
 that kind. Pick rules are then scored on those records, with no further model calls:
 
@@ -27,12 +27,18 @@ import logging
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentctx.agents import CLAUSE_KINDS  # noqa: E402
-from agentctx.agents.roles import _quote_source, candidate_sentences, clause_candidate_pages  # noqa: E402
+from agentctx.agents.roles import (  # noqa: E402
+    _quote_source,
+    candidate_sentences,
+    clause_candidate_pages,
+    clause_question,
+)
 from agentctx.agents.taxonomy import CLAUSE_TAXONOMY  # noqa: E402
 from agentctx.config import AgentctxConfig  # noqa: E402
 from agentctx.runtime import Runtime  # noqa: E402
@@ -69,8 +75,8 @@ def record(rt: Runtime, seed: int, tokens: int, wide: int, sink: bool = False) -
             texts = [ctx.text[s:e] for s, e in spans]
             sims = ctx.rank_texts(kind.query + " " + kind.description, texts)
             top = sorted(range(len(texts)), key=lambda i: -sims[i])[:wide]
-            # The extractor's prompt (no role instructions), over the same attended pages.
-            prompt = f'\n\nQuestion: Quote the sentence of the document that {kind.description}.\nAnswer: "'
+            # The extractor's prompt (Agent.prompt with no role instructions), over the same pages.
+            prompt = "\n\n" + clause_question(kind)
             llm = ctx.score(prompt, [texts[i] + '"' for i in top], plan, per_token=True)
             correct = [any(spans[i][0] < p.char_end and p.char_start < spans[i][1] for p in planted) for i in top]
             rows.append({"seed": seed, "kind": k, "sims": [sims[i] for i in top], "llm": llm, "correct": correct,
@@ -87,7 +93,7 @@ def _z(xs: list[float]) -> list[float]:
     return [(x - mu) / sd if sd > 1e-12 else 0.0 for x in xs]
 
 
-def rules() -> dict[str, callable]:
+def rules() -> dict[str, Callable]:
     """name -> f(sims, llm) -> index into the (similarity-sorted) shortlist, or None."""
     out = {"embedding": lambda s, l: 0 if s else None}
     for m in WIDTHS:

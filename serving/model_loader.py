@@ -128,7 +128,8 @@ def _file_sha256(path: Path) -> str:
 
 
 def _gguf_dir(path: Path) -> Path:
-    """The converted checkpoint dir of a GGUF file, converting it on first use."""
+    """The converted checkpoint dir of a GGUF file, converting it on first use. The file is hashed
+    on every load (~1 s per 250 MB): a changed file at the same path gets its own conversion."""
     sha = _file_sha256(path)
     target = settings.cache_dir() / "models" / f"gguf-{sha[:16]}"
     if not (target / _CONVERTED_MARKER).exists():

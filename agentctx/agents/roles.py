@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from agentctx.agents.base import Agent, register_role
-from agentctx.agents.taxonomy import CLAUSE_TAXONOMY
+from agentctx.agents.taxonomy import CLAUSE_TAXONOMY, ClauseKind
 from agentctx.citations import Citation, locate_quote
 from agentctx.context import Context
 from agentctx.findings import Answer, AnswerFields, ClauseFinding, RiskFields, RiskFinding, SectionSummary
@@ -53,6 +53,11 @@ def clause_candidate_pages(plan: AttendPlan) -> list[int]:
     a sink page that page-level retrieval rarely ranks: on 12 synthetic contracts the parties
     clause had no correct candidate in 9 without it and 0 with it (bench/clause_pick.py)."""
     return sorted(set(_quote_source(plan)) | set(plan.pages_with("sink")))
+
+
+def clause_question(kind: ClauseKind) -> str:
+    """The extractor's task text for a clause kind; each candidate sentence is scored as its answer."""
+    return f'Question: Quote the sentence of the document that {kind.description}.\nAnswer: "'
 
 
 def _snippet(text: str, n: int = 80) -> str:
@@ -132,8 +137,8 @@ class ClauseExtractor(Agent):
         texts = [ctx.text[s:e] for s, e in spans]
         sims = ctx.rank_texts(kind.query + " " + kind.description, texts)
         top = sorted(range(len(texts)), key=lambda i: -sims[i])[: self.shortlist]
-        body = f'Question: Quote the sentence of the document that {kind.description}.\nAnswer: "'
-        pick = top[self.llm(ctx, plan).choose(self.prompt(body), [texts[i] + '"' for i in top], per_token=True)]
+        pick = top[self.llm(ctx, plan).choose(self.prompt(clause_question(kind)), [texts[i] + '"' for i in top],
+                                              per_token=True)]
         citation = cite(ctx, texts[pick], plan)
         return ClauseFinding(kind=kind.kind, present=citation is not None, quote=texts[pick],
                              citation=citation, utilization=util)
