@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from unittest import mock
 
@@ -76,21 +77,22 @@ def main() -> int:
         if cuda:
             torch.cuda.synchronize(dev)
 
-    paths = (["kernel", "kernel-m64"] if cuda else []) + ["banded", "square"]
-    paths += ["square, no flash"] if args.old else []
+    # label -> (ModelRunner.sliding_prefill, patches applied while it runs)
+    no_flash = partial(mock.patch.object, kp, "_flash_op", lambda *a, **k: None)
+    tile_64 = partial(mock.patch.object, tail_merge, "WINDOW_BLOCK_M", 64)  # the tiles as first written
+    paths = {"kernel": ("kernel", []), "kernel-m64": ("kernel", [tile_64])} if cuda else {}
+    paths |= {"banded": ("banded", []), "square": ("square", [])}
+    if args.old:
+        paths["square, no flash"] = ("square", [no_flash])
     rows = []
     g = torch.Generator().manual_seed(0)
     for n in sizes:
         ids = torch.randint(10, loaded.model.config.vocab_size - 10, (n,), generator=g).tolist()
         logits, secs = {}, {}
         with torch.inference_mode():
-            for path in paths:
-                runner.sliding_prefill = path.split(",")[0].split("-")[0]
-                patches = []
-                if "no flash" in path:
-                    patches.append(mock.patch.object(kp, "_flash_op", lambda *a, **k: None))
-                if path == "kernel-m64":  # the kernel with 64-row tiles, as first written
-                    patches.append(mock.patch.object(tail_merge, "WINDOW_BLOCK_M", 64))
+            for path, (sliding, make_patches) in paths.items():
+                runner.sliding_prefill = sliding
+                patches = [make() for make in make_patches]
                 for patch in patches:
                     patch.start()
                 try:

@@ -39,9 +39,6 @@ class BatchStats:
     max_rows: int = 0
     fallbacks: int = 0  # batches that failed and were re-run one step at a time
 
-    def mean_rows(self) -> float:
-        return self.steps / self.batches if self.batches else 0.0
-
 
 @dataclass
 class _Pending(Generic[Item]):
