@@ -33,6 +33,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from bench.bench_session import build_model
+    from kernels import tail_merge
     from serving.model_runner import ModelRunner
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -49,27 +50,37 @@ def main() -> int:
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    # (label, query mode, fused norms, tail impl). "+tk" = the slot-buffer kernels of
-    # kernels/tail_merge.py (global layers: the query's own tokens merged with the pages;
-    # sliding layers: the window band), "+fn" = fused RMSNorm; both CUDA only (Triton).
-    # "-w" = the sliding layers' window band on the torch path (SDPA with a band mask) while
-    # the global layers keep the tail kernel: what the window kernel alone buys.
-    variants = [("eager", "eager", False, "torch", "torch"), ("static", "static", False, "torch", "torch")]
+    # (label, query mode, fused norms, tail impl, window impl, window splits, fused RoPE).
+    # "+tk" = the slot-buffer kernels of kernels/tail_merge.py (global layers: the query's own
+    # tokens merged with the pages; sliding layers: the window band), "+fn" = fused RMSNorm,
+    # "+r" = fused RoPE (serving.fused_rope); all CUDA only (Triton). "-w" = the sliding
+    # layers' window band on the torch path (SDPA with a band mask) while the global layers keep
+    # the tail kernel: what the window kernel alone buys. "-s" = the window kernel unsplit (one
+    # program per KV head and row tile streams the whole band): what split-K buys.
+    variants = [("eager", "eager", False, "torch", "torch", None, False),
+                ("static", "static", False, "torch", "torch", None, False)]
     if dev.type == "cuda":
-        variants += [("graph", "graph", False, "torch", "torch"), ("graph+tk", "graph", False, "auto", "auto")]
+        variants += [("graph", "graph", False, "torch", "torch", None, False),
+                     ("graph+tk", "graph", False, "auto", "auto", None, False)]
         if runner.norms is not None and runner.norms.fused:
-            variants += [("eager+fn", "eager", True, "torch", "torch"),
-                         ("graph+tk+fn-w", "graph", True, "auto", "torch"),
-                         ("graph+tk+fn", "graph", True, "auto", "auto")]
+            variants += [("eager+fn", "eager", True, "torch", "torch", None, False),
+                         ("graph+tk+fn-w", "graph", True, "auto", "torch", None, False),
+                         ("graph+tk+fn-s", "graph", True, "auto", "auto", 1, False),
+                         ("graph+tk+fn", "graph", True, "auto", "auto", None, False)]
+            if getattr(runner, "rope", None) is not None and runner.rope.fused:
+                variants += [("graph+tk+fn+r", "graph", True, "auto", "auto", None, True)]
     has_fused = runner.fused_norms
     wall: dict[str, tuple[float, float]] = {}
     first: dict[str, list[int]] = {}
     first_logits: dict[str, torch.Tensor] = {}
     with torch.inference_mode():
         replays = {}
-        for label, mode, fused, tail_impl, window_impl in variants:
+        for label, mode, fused, tail_impl, window_impl, splits, rope in variants:
             runner.query_mode, runner.fused_norms, runner.tail_impl = mode, fused, tail_impl
             runner.window_impl = window_impl
+            tail_merge.WINDOW_SPLITS = splits
+            if hasattr(runner, "fused_rope"):
+                runner.fused_rope = rope
             doc.query_slots.clear()  # captured graphs keep the kernels they were captured with
             for rep in range(2):  # the first round compiles / captures
                 tail = runner.new_tail(doc)
@@ -116,8 +127,11 @@ def main() -> int:
         if dev.type == "cuda":
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         profiles = {}
+        tail_merge.WINDOW_SPLITS = None
         for fused in ([False, True] if has_fused else [False]):
             runner.fused_norms = fused
+            if hasattr(runner, "fused_rope"):
+                runner.fused_rope = fused and getattr(runner, "rope", None) is not None and bool(runner.rope.fused)
             runner.tail_impl = runner.window_impl = "auto" if fused else "torch"
             doc.query_slots.clear()
             tail = runner.new_tail(doc)
@@ -145,10 +159,8 @@ def main() -> int:
         launches = sum(e.count for e in ev if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
                                                         "cuLaunchKernelEx"))
         gpu_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in ev) / args.steps
-        print(f"static{'+tk+fn' if fused else ''}: kernel launches per forward: {launches / args.steps:.0f}; "
+        print(f"static{'+all fusions' if fused else ''}: kernel launches per forward: {launches / args.steps:.0f}; "
               f"GPU busy per forward: {gpu_us / 1e3:.2f} ms")
-    from kernels import tail_merge
-
     print(f"slot kernels' first-call checks (True = kernel in use): {tail_merge._checked}")
     print(profiles[has_fused].table(sort_by=args.sort, row_limit=22, max_name_column_width=60))
     return 0

@@ -30,7 +30,7 @@ from .merge import merge_attention
 from .positional import masked_attention_with_mask, window_attention
 
 __all__ = ["attend_tail_merged", "attend_tail_merged_reference", "attend_window", "attend_window_reference",
-           "first_call_results"]
+           "first_call_results", "window_splits"]
 
 log = logging.getLogger(__name__)
 # Relative error of the kernel vs the torch path that its first call per launch signature
@@ -75,16 +75,35 @@ def _kernel_or_reference(signature: tuple, kernel, reference, dtype: torch.dtype
 # ones for a prefill chunk (1.14-1.19x, 32K-512K tokens) and for a 24-token prompt's forward
 # at 1M (4.45 vs 7.82 ms); with 64-row tiles the prompt ran slower than the SDPA band path.
 WINDOW_BLOCK_M = 16
+# Split-K of the window band (kernels/triton_tail.py): each program streams at least this many
+# key steps, so its fixed cost (q load, partial write, a share of the merge) stays small
+# against the loop. WINDOW_SPLITS, when set, overrides the rule (sweeps and the profile).
+WINDOW_MIN_SPLIT_STEPS = 2
+WINDOW_SPLITS: int | None = None
+
+
+def window_splits(rows: int, hkv: int, window: int, block_n: int, n_sm: int) -> int:
+    """Programs per row tile along the window band: enough to fill ~2 programs per SM when the
+    grid is small (decode: one KV head, one tile), 1 when the tiles alone fill the GPU (prefill
+    chunks), never steps fewer than WINDOW_MIN_SPLIT_STEPS per program."""
+    if WINDOW_SPLITS is not None:
+        return WINDOW_SPLITS
+    programs = hkv * -(-rows // WINDOW_BLOCK_M)
+    band = window + WINDOW_BLOCK_M  # a tile's band: the window plus its own rows' spread
+    most = max(1, band // (WINDOW_MIN_SPLIT_STEPS * block_n))
+    return max(1, min(most, -(-2 * n_sm // programs)))
 
 
 def first_call_results() -> dict[str, str]:
     """What the first-call checks decided so far, for operators: "<kernel> <dtype> <heads>x<dim>
-    m<tile>" -> "triton" (kernel in use) or "torch fallback" (mismatch or compile error, logged)."""
+    m<tile>[ s<splits>]" -> "triton" (kernel in use) or "torch fallback" (mismatch or compile
+    error, logged)."""
     out = {}
     for sig, ok in _checked.items():
-        if len(sig) == 8:  # (kind, device, dtype, Hq, Hkv, D, softcap, block_m); tests add others
-            kind, _, dtype, hq, hkv, d, _, bm = sig
-            name = f"{kind} {str(dtype).replace('torch.', '')} {hq}/{hkv}x{d} m{bm}"
+        if len(sig) == 9:  # (kind, device, dtype, Hq, Hkv, D, softcap, block_m, splits); tests add others
+            kind, _, dtype, hq, hkv, d, _, bm, splits = sig
+            name = f"{kind} {str(dtype).replace('torch.', '')} {hq}/{hkv}x{d} m{bm}" + (f" s{splits}" if splits > 1
+                                                                                      else "")
             out[name] = "triton" if ok else "torch fallback"
     return out
 
@@ -96,10 +115,12 @@ def block_m_for(rows: int, kind: str = "tail_merged") -> int:
     return 16 if rows <= 16 else (32 if rows <= 32 else 64)
 
 
-def _signature(kind: str, q: Tensor, k: Tensor, softcap) -> tuple:
+def _signature(kind: str, q: Tensor, k: Tensor, softcap, window: int | None = None) -> tuple:
     """What selects a distinct compiled kernel: the first-call check runs once per value."""
     rows = q.shape[0] * (q.shape[1] // k.shape[1])
-    return (kind, str(q.device), q.dtype, q.shape[1], k.shape[1], q.shape[2], bool(softcap), block_m_for(rows, kind))
+    splits = _triton().launch_splits(q, k, window) if window else 1
+    return (kind, str(q.device), q.dtype, q.shape[1], k.shape[1], q.shape[2], bool(softcap), block_m_for(rows, kind),
+            splits)
 
 
 def _validate(fn: str, q, k, v, q_slots, o_pages=None, lse_pages=None) -> None:
@@ -144,7 +165,7 @@ def attend_tail_merged(q: Tensor, tail_k: Tensor, tail_v: Tensor, q_slots: Tenso
     if check:
         _validate("attend_tail_merged", q, tail_k, tail_v, q_slots, o_pages, lse_pages)
     return _dispatch(
-        "tail_merged", impl, q, tail_k, softcap,
+        "tail_merged", impl, q, tail_k, softcap, None,
         lambda: _triton().triton_tail_merged(q, tail_k, tail_v, q_slots, o_pages, lse_pages, scale, softcap),
         lambda: attend_tail_merged_reference(q, tail_k, tail_v, q_slots, o_pages, lse_pages, scale, softcap),
     )
@@ -172,7 +193,7 @@ def attend_window(q: Tensor, k: Tensor, v: Tensor, q_slots: Tensor, offset: int,
             raise ValueError(f"attend_window: offset must be an int in [0, {k.shape[0]}], got {offset!r}")
         _validate("attend_window", q, k, v, q_slots)
     return _dispatch(
-        "window", impl, q, k, softcap,
+        "window", impl, q, k, softcap, window,
         lambda: _triton().triton_window(q, k, v, q_slots, offset, window, scale, softcap),
         lambda: attend_window_reference(q, k, v, q_slots, offset, window, scale, softcap),
     )
@@ -184,10 +205,10 @@ def _triton():
     return triton_tail
 
 
-def _dispatch(kind: str, impl: str, q: Tensor, k: Tensor, softcap, kernel, reference) -> Tensor:
+def _dispatch(kind: str, impl: str, q: Tensor, k: Tensor, softcap, window, kernel, reference) -> Tensor:
     """The torch path ("torch", or "auto" off CUDA) or the checked Triton kernel."""
     if impl not in ("auto", "torch", "triton"):
         raise ValueError(f"attend_{kind}: impl must be auto, torch or triton, got {impl!r}")
     if impl == "torch" or (impl == "auto" and q.device.type != "cuda"):
         return reference()
-    return _kernel_or_reference(_signature(kind, q, k, softcap), kernel, reference, q.dtype)
+    return _kernel_or_reference(_signature(kind, q, k, softcap, window), kernel, reference, q.dtype)

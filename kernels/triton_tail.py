@@ -8,6 +8,12 @@ contiguous band of buffer entries ``[lo_t, hi_t]`` with ``hi_t = OFF + q_slots[t
 its rows' bands with an online softmax, reading bounds from the device, so a short
 tail costs one or two tiles however large the buffer is. With ``HAS_PAGES`` the
 epilogue merges the result with the page partial of the same rows by log-sum-exp.
+
+Split-K (window only, ``SPLIT_OUT``): a decode step of Gemma 3 has one KV head and one row
+tile, so a single program would stream the whole 513-entry band, one dependent 32-entry step
+after another (~60 us per layer on an H200, latency-bound). With ``NUM_SPLITS > 1`` grid axis
+2 cuts each tile's band into equal runs of steps; every program writes an fp32 partial and
+its LSE, and the page kernel's split merge (kernels/triton_attend.py) combines them exactly.
 """
 
 from __future__ import annotations
@@ -22,20 +28,20 @@ except ImportError as exc:  # pragma: no cover - exercised only without triton
     raise ImportError("kernels.triton_tail needs the 'triton' package (pip install triton)") from exc
 
 from . import tail_merge
-from .triton_attend import INTERPRET
+from .triton_attend import INTERPRET, _merge_block_d, _merge_splits_kernel, _next_pow2, _sm_count
 
 __all__ = ["triton_tail_merged", "triton_window"]
 
 
 @triton.jit(do_not_specialize=["Tq", "C", "OFF", "WINDOW"])
 def _slots_kernel(
-    Q, K, V, QS, OP, LP, O,
+    Q, K, V, QS, OP, LP, O, OPS, LPS,
     stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh,
     stride_pt, stride_ph, stride_lt, stride_lh, stride_ot, stride_oh,
     Tq, C, OFF, WINDOW, qk_scale, softcap,
-    GROUP: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    USE_WINDOW: tl.constexpr, HAS_PAGES: tl.constexpr,
+    GROUP: tl.constexpr, HQ: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    USE_WINDOW: tl.constexpr, HAS_PAGES: tl.constexpr, SPLIT_OUT: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):
     kvh = tl.program_id(0)
@@ -61,6 +67,12 @@ def _slots_kernel(
     row_lo = tl.where(row_mask, row_lo, C)
     hi = tl.minimum(tl.max(row_hi, axis=0) + 1, C)
     lo = tl.maximum(tl.min(row_lo, axis=0), 0)
+    if SPLIT_OUT:
+        # This program's run of whole steps within the tile's band [lo, hi); may be empty.
+        split = tl.program_id(2)
+        per = tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_N * NUM_SPLITS) * BLOCK_N
+        lo = lo + split * per
+        hi = tl.minimum(hi, lo + per)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # log2 units
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -94,24 +106,45 @@ def _slots_kernel(
 
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
-    if HAS_PAGES:
-        # Exact LSE merge with the page partial of the same rows (log2 units).
-        lse_own = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-        lse_page = tl.load(LP + t * stride_lt + h * stride_lh, mask=row_mask, other=float("-inf")) * 1.4426950408889634
-        o_page = tl.load(OP + t[:, None] * stride_pt + h[:, None] * stride_ph + offs_d[None, :], mask=io_mask,
-                         other=0.0).to(tl.float32)
-        m = tl.maximum(lse_own, lse_page)
-        m_safe = tl.where(m == float("-inf"), 0.0, m)
-        w_page = tl.exp2(lse_page - m_safe)
-        w_own = tl.exp2(lse_own - m_safe)
-        denom = w_page + w_own
-        inv = tl.where(denom > 0.0, 1.0 / denom, 0.0)
-        out = o_page * (w_page * inv)[:, None] + out * (w_own * inv)[:, None]
-    tl.store(O + t[:, None] * stride_ot + h[:, None] * stride_oh + offs_d[None, :], out.to(O.dtype.element_ty),
-             mask=io_mask)
+    if SPLIT_OUT:
+        # Partials (NUM_SPLITS, Tq, HQ, D) / (NUM_SPLITS, Tq, HQ) fp32, LSE in natural-log units:
+        # the layout _merge_splits_kernel reads with B = 1.
+        lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+        prow = (split * Tq + t) * HQ + h
+        tl.store(OPS + prow[:, None] * D + offs_d[None, :], out, mask=io_mask)
+        tl.store(LPS + prow, lse, mask=row_mask)
+    else:
+        if HAS_PAGES:
+            # Exact LSE merge with the page partial of the same rows (log2 units).
+            lse_own = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+            lse_page = tl.load(LP + t * stride_lt + h * stride_lh, mask=row_mask,
+                               other=float("-inf")) * 1.4426950408889634
+            o_page = tl.load(OP + t[:, None] * stride_pt + h[:, None] * stride_ph + offs_d[None, :], mask=io_mask,
+                             other=0.0).to(tl.float32)
+            m = tl.maximum(lse_own, lse_page)
+            m_safe = tl.where(m == float("-inf"), 0.0, m)
+            w_page = tl.exp2(lse_page - m_safe)
+            w_own = tl.exp2(lse_own - m_safe)
+            denom = w_page + w_own
+            inv = tl.where(denom > 0.0, 1.0 / denom, 0.0)
+            out = o_page * (w_page * inv)[:, None] + out * (w_own * inv)[:, None]
+        tl.store(O + t[:, None] * stride_ot + h[:, None] * stride_oh + offs_d[None, :], out.to(O.dtype.element_ty),
+                 mask=io_mask)
 
 
-def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap) -> Tensor:
+def _block_n(block_d: int, block_m: int) -> int:
+    return 32 if (block_d >= 256 or block_m >= 64) else 64
+
+
+def launch_splits(q: Tensor, k: Tensor, window: int) -> int:
+    """The split count :func:`triton_window` uses by default for these shapes."""
+    group = q.shape[1] // k.shape[1]
+    block_d = triton.next_power_of_2(max(q.shape[2], 16))
+    return tail_merge.window_splits(q.shape[0] * group, k.shape[1], window,
+                                    _block_n(block_d, tail_merge.WINDOW_BLOCK_M), _sm_count(q.device))
+
+
+def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, num_splits=None) -> Tensor:
     if q.device.type != "cuda" and not (INTERPRET and q.device.type == "cpu"):
         raise ValueError(f"triton slot attention needs CUDA tensors (or TRITON_INTERPRET=1 with CPU ones), got {q.device}")
     tq, hq, d = q.shape
@@ -129,20 +162,42 @@ def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap) -
         o_pages, lse_pages = out, out
     block_m = tail_merge.block_m_for(rows, "window" if window else "tail_merged")
     block_d = triton.next_power_of_2(max(d, 16))
-    block_n = 32 if (block_d >= 256 or block_m >= 64) else 64
+    block_n = _block_n(block_d, block_m)
     use_softcap = bool(softcap)
-    grid = (hkv, triton.cdiv(rows, block_m))
+    if num_splits is None:
+        num_splits = launch_splits(q, k, window) if window else 1
+    if num_splits > 1 and has_pages:
+        raise ValueError("triton slot attention: split-K is for the window band only")
+    split = num_splits > 1
+    if split:
+        ops = torch.empty(num_splits, tq, hq, d, dtype=torch.float32, device=q.device)
+        lps = torch.empty(num_splits, tq, hq, dtype=torch.float32, device=q.device)
+    else:
+        ops, lps = out, out  # unused
+    grid = (hkv, triton.cdiv(rows, block_m), num_splits)
     _slots_kernel[grid](
-        q, k, v, q_slots, o_pages, lse_pages, out,
+        q, k, v, q_slots, o_pages, lse_pages, out, ops, lps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         o_pages.stride(0), o_pages.stride(1), lse_pages.stride(0), lse_pages.stride(1), out.stride(0), out.stride(1),
         tq, c, off, window or 0, float(scale), float(softcap) if use_softcap else 1.0,
-        GROUP=group, D=d, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n,
-        USE_WINDOW=bool(window), HAS_PAGES=has_pages,
+        GROUP=group, HQ=hq, D=d, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=num_splits,
+        USE_WINDOW=bool(window), HAS_PAGES=has_pages, SPLIT_OUT=split,
         USE_SOFTCAP=use_softcap, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
         num_warps=8 if block_m * block_d >= 64 * 128 else 4, num_stages=2,
     )
+    if split:
+        lse = torch.empty(tq, hq, dtype=torch.float32, device=q.device)  # written, not needed
+        block_dr = _merge_block_d(tq * hq, block_d, _sm_count(q.device))
+        block_s = _next_pow2(num_splits)
+        _merge_splits_kernel[(tq * hq, triton.cdiv(d, block_dr))](
+            ops, lps, out, lse,
+            0, out.stride(0), out.stride(1),
+            0, lse.stride(0), lse.stride(1),
+            tq, num_splits,
+            HQ=hq, D=d, BLOCK_DR=block_dr, BLOCK_S=block_s,
+            num_warps=2,
+        )
     return out
 
 
@@ -153,6 +208,9 @@ def triton_tail_merged(q: Tensor, tail_k: Tensor, tail_v: Tensor, q_slots: Tenso
 
 
 def triton_window(q: Tensor, k: Tensor, v: Tensor, q_slots: Tensor, offset: int, window: int, scale: float,
-                  softcap: float | None = None) -> Tensor:
-    """See kernels.tail_merge.attend_window (inputs validated there)."""
-    return _launch(q, k, v, q_slots, offset, window, None, None, scale, softcap)
+                  softcap: float | None = None, num_splits: int | None = None) -> Tensor:
+    """See kernels.tail_merge.attend_window (inputs validated there). num_splits: programs per row
+    tile along the band (None: :func:`kernels.tail_merge.window_splits`; tests and sweeps set it)."""
+    if num_splits is not None and num_splits < 1:
+        raise ValueError(f"triton_window: num_splits must be >= 1, got {num_splits}")
+    return _launch(q, k, v, q_slots, offset, window, None, None, scale, softcap, num_splits)

@@ -51,6 +51,16 @@ def tail_cases(small: bool = True) -> dict[str, dict]:
     if not small:  # the shape the shared prefill runs on a GPU (Gemma 3: W 512, 4096-token chunks)
         cases["window-prefill-4k"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=4096, C=512 + 4096, base=0,
                                           window=512, offset=512, seed=66)
+    # Split-K along the band (decode: one KV head, one row tile). Forced split counts leave some
+    # programs with an empty run (their partial must weigh nothing); "auto" takes the launch rule.
+    cases["window-split-empty-runs"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=1, C=32 + 96, base=3, window=32,
+                                            offset=32, splits=4, seed=70)
+    cases["window-split-uneven"] = dict(dtype="fp32", Hq=8, Hkv=2, D=64, Tq=7, C=200 + 7, base=0, window=200,
+                                        offset=200, splits=3, seed=71)
+    cases["window-split-tiles-fp16"] = dict(dtype="fp16", Hq=4, Hkv=1, D=128, Tq=40, C=96 + 64, base=10,
+                                            window=96, offset=96, splits=5, softcap=20.0, seed=72)
+    cases["window-split-auto-decode"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=1, C=512 + 16, base=0,
+                                             window=512, offset=512, seed=73)
     cases["window-one"] = dict(dtype="fp32", Hq=4, Hkv=2, D=64, Tq=4, C=48, base=7, window=1, offset=8, seed=63)
     return cases
 
@@ -85,7 +95,7 @@ def run_tail_case(spec: dict, device: str) -> None:
     if "window" in spec:
         args = (q, tk, tv, slots, spec["offset"], spec["window"], scale, cap)
         attend_window(*args, impl="torch")  # input validation, as the public call does
-        want, got = attend_window_reference(*args), triton_window(*args)
+        want, got = attend_window_reference(*args), triton_window(*args, num_splits=spec.get("splits"))
     else:
         args = (q, tk, tv, slots, o_pages, lse, scale, cap)
         attend_tail_merged(*args, impl="torch")

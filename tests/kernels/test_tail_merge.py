@@ -126,13 +126,13 @@ def test_first_call_check_falls_back_to_torch_on_a_wrong_or_failing_kernel(caplo
 def test_first_call_results_report_kernel_or_fallback():
     from kernels import tail_merge as tm
 
-    good = ("window", "cuda:0", torch.bfloat16, 4, 1, 256, False, 16)
-    bad = ("tail_merged", "cuda:0", torch.float16, 8, 2, 128, False, 64)
+    good = ("window", "cuda:0", torch.bfloat16, 4, 1, 256, False, 16, 8)
+    bad = ("tail_merged", "cuda:0", torch.float16, 8, 2, 128, False, 64, 1)
     saved = dict(tm._checked)
     try:
         tm._checked.update({good: True, bad: False, ("test-odd",): True})
         got = tm.first_call_results()
-        assert got["window bfloat16 4/1x256 m16"] == "triton"
+        assert got["window bfloat16 4/1x256 m16 s8"] == "triton"
         assert got["tail_merged float16 8/2x128 m64"] == "torch fallback"
         assert not any("test-odd" in k for k in got)
     finally:
@@ -150,3 +150,19 @@ def test_first_call_check_keeps_a_correct_kernel():
                                                torch.float32), torch.tensor([1.0, 2.0, 3.0]))
     assert tm._checked[sig] is True
     assert tm._kernel_or_reference(sig, lambda: close, lambda: 1 / 0, torch.float32) is close
+
+
+@pytest.mark.parametrize(
+    "rows, hkv, window, block_n, n_sm, want",
+    [
+        (4, 1, 512, 32, 132, 8),  # Gemma 3 decode: one program would stream the whole band
+        (96, 1, 512, 32, 132, 8),  # a 24-token prompt: 6 tiles, still far from filling the GPU
+        (65536, 1, 512, 32, 132, 1),  # a 16K prefill chunk: its 4,096 tiles fill the GPU alone
+        (4, 1, 32, 32, 132, 1),  # a short band: at least 2 steps per program
+        (16, 8, 4096, 64, 16, 4),  # 8 programs already: 2 per SM needs 4 splits
+    ],
+)
+def test_window_split_rule(rows, hkv, window, block_n, n_sm, want):
+    from kernels.tail_merge import window_splits
+
+    assert window_splits(rows, hkv, window, block_n, n_sm) == want
