@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # On a CUDA machine whose image already has torch, triton and transformers (no set-up, no
-# network): the GPU tests, the shared-prefill paths side by side, then the per-forward profile
-# side by side. Writes logs to $OUT (default ./out/gpu) and prints a summary. Used with the
-# device tool; ~8 min on an H200.
+# network): the GPU tests, the window kernel's split-K counts, the shared-prefill paths side by
+# side, then the per-forward profile side by side. Writes logs to $OUT (default ./out/gpu) and
+# prints a summary. Used with the device tool; ~8 min on an H200.
 #   bash scripts/gpu_check.sh                 # tests + prefill paths + Gemma 1M profile
 #   GPU_CHECK_PROFILE=0 bash scripts/gpu_check.sh      # tests only
+#   GPU_CHECK_PREFILL=none bash scripts/gpu_check.sh   # no prefill paths
 #   GPU_CHECK_LLAMA=1 bash scripts/gpu_check.sh        # also the Llama-8B 32K profile
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,16 +15,22 @@ py="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader || true
 t0=$SECONDS
-timeout 240 "$py" -m pytest -q -m gpu -p no:cacheprovider \
-  tests/kernels/test_tail_merge_gpu.py tests/kernels/test_rmsnorm_gpu.py tests/kernels/test_triton_gpu.py \
-  tests/kernels/test_positional.py tests/serving/test_model_runner_gpu.py > "$out/gpu_tests.log" 2>&1
+gpu_tests=(tests/kernels/test_tail_merge_gpu.py tests/kernels/test_rmsnorm_gpu.py tests/kernels/test_triton_gpu.py
+           tests/kernels/test_positional.py tests/serving/test_model_runner_gpu.py)
+[ -f tests/kernels/test_rope_gpu.py ] && gpu_tests+=(tests/kernels/test_rope_gpu.py)
+timeout 240 "$py" -m pytest -q -m gpu -p no:cacheprovider "${gpu_tests[@]}" > "$out/gpu_tests.log" 2>&1
 echo "gpu tests rc=$? ($((SECONDS - t0)) s)"; grep -E "passed|failed" "$out/gpu_tests.log" | tail -1
 grep -E "^FAILED" "$out/gpu_tests.log" | head -20
 if [ "${GPU_CHECK_PROFILE:-1}" = 1 ]; then
   t0=$SECONDS
-  timeout 150 "$py" bench/prefill_paths.py --model gemma3-270m-random --tokens "${GPU_CHECK_PREFILL:-32k,128k,512k}" \
-    --reps 1 > "$out/prefill_paths.log" 2>&1
-  echo "prefill paths rc=$? ($((SECONDS - t0)) s)"; grep -E "^\||first-call" "$out/prefill_paths.log"
+  timeout 90 "$py" bench/window_splits.py > "$out/window_splits.log" 2>&1
+  echo "window splits rc=$? ($((SECONDS - t0)) s)"; grep -E "^\||^#" "$out/window_splits.log"
+  if [ "${GPU_CHECK_PREFILL:-}" != none ]; then
+    t0=$SECONDS
+    timeout 150 "$py" bench/prefill_paths.py --model gemma3-270m-random --tokens "${GPU_CHECK_PREFILL:-32k,128k,512k}" \
+      --reps 1 > "$out/prefill_paths.log" 2>&1
+    echo "prefill paths rc=$? ($((SECONDS - t0)) s)"; grep -E "^\||first-call" "$out/prefill_paths.log"
+  fi
   t0=$SECONDS
   timeout 150 "$py" bench/profile_step.py --tokens "${GPU_CHECK_TOKENS:-1048576}" > "$out/profile_gemma.log" 2>&1
   echo "gemma profile rc=$? ($((SECONDS - t0)) s)"
