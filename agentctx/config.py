@@ -36,6 +36,9 @@ class ModelConfig(_Strict):
     fused_norms: Literal["auto", "on", "off"] = Field(
         "auto", description="RMSNorm modules as one Triton kernel each in the local engine's forwards "
                             "(about half of a query forward's kernel launches); auto = on for CUDA with triton")
+    fused_rope: Literal["auto", "on", "off"] = Field(
+        "auto", description="Each attention layer's RoPE (q and k) as one Triton kernel in the local engine's "
+                            "forwards (instead of ~10 small ones); auto = on for CUDA with triton")
     decode_batch: int = Field(
         8, ge=1, le=256, description="Most concurrent generations whose decode steps share one forward "
                                      "(local engine, eager query mode); 1 = each generation runs alone")

@@ -34,6 +34,7 @@ from kernels import attend_selected, merge_attention
 from kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
 from kernels.tail_merge import attend_window
 from serving.fused_norms import FusedNorms, install_norms, norms_active
+from serving.fused_rope import FusedRope, install_rope, rope_active
 from serving.model_loader import LoadedModel
 from serving.paged_kv import DocKV, LayerLayout, QueryTail
 from serving.static_query import (
@@ -47,7 +48,7 @@ from serving.tokenize import stop_token_ids
 from serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
 
 __all__ = ["ModelRunner", "DecodeItem", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES",
-           "FUSED_NORMS", "SLIDING_PREFILL"]
+           "FUSED_NORMS", "FUSED_ROPE", "SLIDING_PREFILL"]
 
 log = logging.getLogger(__name__)
 ATTN_IMPL = "agentctx_paged"
@@ -58,6 +59,9 @@ QUERY_MODES = ("auto", "eager", "static", "graph")
 # RMSNorm modules as one Triton kernel each during our forwards (serving/fused_norms.py):
 # "auto" = on for CUDA models when triton is installed.
 FUSED_NORMS = ("auto", "on", "off")
+# Each attention layer's RoPE (q and k) as one Triton kernel during our forwards
+# (serving/fused_rope.py), same settings.
+FUSED_ROPE = ("auto", "on", "off")
 # How a prefill chunk's sliding-window layers attend (the chunk after the previous window):
 # "kernel" = the Triton band kernel (kernels/tail_merge.attend_window, first call checked
 # against the torch path), "banded" = SDPA band by band, "square" = blockwise fp32 with a
@@ -256,9 +260,12 @@ class ModelRunner:
         query_mode: str = "auto",
         static_tail_tokens: int = 2048,
         fused_norms: str = "auto",
+        fused_rope: str = "auto",
     ):
         if fused_norms not in FUSED_NORMS:
             raise ValueError(f"fused_norms must be one of {FUSED_NORMS}, got {fused_norms!r}")
+        if fused_rope not in FUSED_ROPE:
+            raise ValueError(f"fused_rope must be one of {FUSED_ROPE}, got {fused_rope!r}")
         if query_mode not in QUERY_MODES:
             raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {query_mode!r}")
         if static_tail_tokens < 2 * BUCKETS[-1]:
@@ -295,6 +302,8 @@ class ModelRunner:
         self.static_tail_tokens = static_tail_tokens
         self.norms = self._install_norms(fused_norms)
         self.fused_norms = bool(self.norms and self.norms.fused)
+        self.rope = self._install_rope(fused_rope)
+        self.fused_rope = bool(self.rope and self.rope.fused)
         # On CPU the output head runs as weight @ hidden.T (see _cpu_head); False = lm_head(hidden).
         self.cpu_head_left = True
 
@@ -314,6 +323,22 @@ class ModelRunner:
         log.info("fused RMSNorm: %d modules (%s)", len(report.fused), ", ".join(sorted(set(report.fused.values()))))
         return report
 
+    def _install_rope(self, mode: str) -> FusedRope | None:
+        if mode == "off" or (mode == "auto" and self.device.type != "cuda"):
+            return None
+        if self.device.type != "cuda":
+            raise ValueError(f"fused_rope='on' needs a CUDA model, this one is on {self.device}")
+        if importlib.util.find_spec("triton") is None:
+            if mode == "on":
+                raise ValueError("fused_rope='on' needs the 'triton' package")
+            log.info("triton is not installed: RoPE runs as transformers wrote it")
+            return None
+        report = install_rope(self.model, impl="triton")
+        if mode == "on" and not report.fused:
+            raise ValueError(f"fused_rope='on' but no attention module's RoPE could be fused: {report.skipped}")
+        log.info("fused RoPE: %d attention modules", len(report.fused))
+        return report
+
     # ------------------------------------------------------------------ helpers
     def _hidden(self, ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
         """Hidden states (T, hidden) of one sequence's new tokens."""
@@ -323,7 +348,7 @@ class ModelRunner:
         """Hidden states (B, T, hidden); ids and positions (B, T)."""
         token = _STEP.set(step)
         try:
-            with norms_active(self.fused_norms):
+            with norms_active(self.fused_norms), rope_active(self.fused_rope):
                 out = self.model.model(input_ids=ids.to(self.device), position_ids=positions, use_cache=False)
         finally:
             _STEP.reset(token)

@@ -50,6 +50,7 @@ def build_engine(m: ModelConfig) -> Engine:
         device_cache_bytes=m.device_cache_bytes,
         query_mode=m.query_mode,
         fused_norms=m.fused_norms,
+        fused_rope=m.fused_rope,
         decode_batch=m.decode_batch,
         decode_gather_s=m.decode_gather_ms / 1000,
     )
