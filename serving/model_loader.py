@@ -28,6 +28,7 @@ __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "LoadedModel",
     "ModelLoadError",
+    "check_tokenizer",
     "convert_gguf",
     "load_model",
     "resolve_model_dir",
@@ -64,6 +65,28 @@ def _converted_dir() -> Path:
     return settings.cache_dir() / "models" / "gemma-3-270m-q4_k_m"
 
 
+# Subword tokenizers give ~4-5 characters per token on English prose; a per-character
+# tokenizer gives 1. Seen on 2026-12-03: transformers 5.17 rebuilt Gemma 3's GGUF tokenizer as
+# a per-character one without BOS (5.24 rebuilds it right), so the model read garbage and
+# answered "1999...": weights alone do not make a working conversion.
+_TOKENIZER_PROBE = "The Supplier shall indemnify the Customer against all losses arising from any breach."
+_MIN_CHARS_PER_TOKEN = 2.0
+
+
+def check_tokenizer(tok, source: str) -> None:
+    """Refuse a tokenizer that splits plain English into single characters (a broken rebuild)."""
+    import transformers
+
+    ids = tok(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
+    if not ids or len(_TOKENIZER_PROBE) / len(ids) < _MIN_CHARS_PER_TOKEN:
+        raise ModelLoadError(
+            f"the tokenizer rebuilt from {source!r} splits English into {len(ids)} tokens for "
+            f"{len(_TOKENIZER_PROBE)} characters (a per-character tokenizer): transformers "
+            f"{transformers.__version__} cannot rebuild this file's tokenizer correctly. Convert it with "
+            "transformers >= 5.24, or use a checkpoint dir that has its tokenizer.json"
+        )
+
+
 def convert_gguf(gguf_path: Path, target: Path, model_id: str, sha256: str) -> None:
     """Dequantise a GGUF file once into a safetensors checkpoint dir at ``target``.
 
@@ -84,6 +107,7 @@ def convert_gguf(gguf_path: Path, target: Path, model_id: str, sha256: str) -> N
         raise ModelLoadError(f"reading a GGUF file needs the 'gguf' package (pip install gguf): {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - transformers' GGUF reader raises many kinds
         raise ModelLoadError(f"cannot convert GGUF file {str(gguf_path)!r}: {type(exc).__name__}: {exc}") from exc
+    check_tokenizer(tok, str(gguf_path))
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -64,3 +64,33 @@ def test_the_embedded_gguf_by_path_converts_to_the_embedded_model(cache, tmp_pat
     assert by_path.model_id == embedded.model_id == DEFAULT_MODEL
     a, b = by_path.model.state_dict(), embedded.model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+class _PerCharTokenizer:
+    """What transformers 5.17 rebuilt from Gemma 3's GGUF: one token per character."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def test_a_per_character_tokenizer_is_refused_and_nothing_is_cached(cache, tmp_path, monkeypatch):
+    import transformers
+
+    ckpt = make_tiny_checkpoint("gemma3_text", tmp_path / "tiny")
+    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _PerCharTokenizer())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: model)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"stands in for a GGUF file")
+    with pytest.raises(ModelLoadError, match="per-character tokenizer"):
+        load_model(gguf)
+    assert not list(cache.glob("models/gguf-*"))
+
+
+def test_a_subword_tokenizer_passes_the_check():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ml.resolve_model_dir(None), local_files_only=True)
+    ml.check_tokenizer(tok, "embedded")
+    with pytest.raises(ModelLoadError, match="per-character"):
+        ml.check_tokenizer(_PerCharTokenizer(), "x")
