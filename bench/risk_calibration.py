@@ -49,8 +49,9 @@ NEUTRAL = "N/A"
 
 def risk_prompt(kind: str, quote: str) -> str:
     """What RiskAssessor scores for the severity field (its body, then the JSON skeleton)."""
-    return (f'\n\nClause ({kind}): "{quote}"\nRisk review of this clause for the Customer, as JSON:\n'
-            '{"severity": "')
+    from agentctx.agents.roles import risk_prompt as assessor_prompt
+
+    return "\n\n" + assessor_prompt(kind, quote) + '{"severity": "'
 
 
 def main() -> int:

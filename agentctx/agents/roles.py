@@ -144,6 +144,12 @@ class ClauseExtractor(Agent):
                              citation=citation, utilization=util)
 
 
+def risk_prompt(kind: str, quote: str) -> str:
+    """The risk assessor's task text for one clause; its JSON fields follow it. The one place
+    for it: bench/risk_calibration.py and bench/risk_rationale.py score this same text."""
+    return f'Clause ({kind}): "{quote}"\nRisk review of this clause for the Customer, as JSON:\n'
+
+
 @register_role
 class RiskAssessor(Agent):
     role = "risk_assessor"
@@ -153,8 +159,7 @@ class RiskAssessor(Agent):
         clause = ClauseFinding.model_validate(task["input"])
         quote = clause.citation.quote if clause.citation else clause.quote
         plan = self.plan(ctx, quote or clause.kind)
-        body = (f'Clause ({clause.kind.replace("_", " ")}): "{quote}"\n'
-                "Risk review of this clause for the Customer, as JSON:\n")
+        body = risk_prompt(clause.kind.replace("_", " "), quote)
         fields = fill_fields(self.llm(ctx, plan), self.prompt(body), RiskFields,
                              max_chars={"rationale": 240, "recommendation": 240},
                              max_attempts=self.spec.max_attempts)
