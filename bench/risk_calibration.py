@@ -54,19 +54,29 @@ def risk_prompt(kind: str, quote: str) -> str:
     return "\n\n" + assessor_prompt(kind, quote) + '{"severity": "'
 
 
+# A few pages of the bundled sample's KV as context; the clause itself is in the prompt.
+SAMPLE_PAGES = (0, 1, 2)
+
+
+def sample_engine(model: str | None):
+    """A LocalEngine with the bundled sample contract prefilled as context "sample"."""
+    from serving.engine import LocalEngine
+
+    engine = LocalEngine(model)
+    text = (Path(__file__).resolve().parents[1] / "agentctx/samples/sample_contract.txt").read_text()
+    engine.prefill("sample", engine.tokenize_document(text), progress=False)
+    return engine
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from serving.engine import LocalEngine
     from serving.types import ScoreRequest
 
-    engine = LocalEngine(args.model)
-    text = (Path(__file__).resolve().parents[1] / "agentctx/samples/sample_contract.txt").read_text()
-    doc = engine.tokenize_document(text)
-    engine.prefill("sample", doc, progress=False)
-    pages = (0, 1, 2)  # a few pages of context; the clause itself is in the prompt
+    engine = sample_engine(args.model)
+    pages = SAMPLE_PAGES
     opts = tuple(o + '"' for o in OPTIONS)
 
     def scores(kind: str, quote: str) -> list[float]:

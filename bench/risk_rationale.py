@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.risk_calibration import LABELLED  # noqa: E402
+from bench.risk_calibration import LABELLED, SAMPLE_PAGES, sample_engine  # noqa: E402
 
 
 EXAMPLE = (
@@ -92,12 +92,9 @@ def main() -> int:
     from agentctx.agents.roles import risk_prompt
     from agentctx.findings import RiskFields
     from agentctx.structured import fill_fields
-    from serving.engine import LocalEngine
 
-    engine = LocalEngine(args.model)
-    text = (Path(__file__).resolve().parents[1] / "agentctx/samples/sample_contract.txt").read_text()
-    engine.prefill("sample", engine.tokenize_document(text), progress=False)
-    llm = _EngineLLM(engine, "sample", (0, 1, 2))
+    engine = sample_engine(args.model)
+    llm = _EngineLLM(engine, "sample", SAMPLE_PAGES)
     rows, summary = [], {}
     for variant in ("plain", "example"):
         counts: dict[str, int] = {}

@@ -300,43 +300,33 @@ class ModelRunner:
             query_mode = "graph" if self.device.type == "cuda" else "eager"
         self.query_mode = query_mode
         self.static_tail_tokens = static_tail_tokens
-        self.norms = self._install_norms(fused_norms)
+        self.norms: FusedNorms | None = self._install_fusion("fused_norms", fused_norms, install_norms,
+                                                             "RMSNorm modules")
         self.fused_norms = bool(self.norms and self.norms.fused)
-        self.rope = self._install_rope(fused_rope)
+        self.rope: FusedRope | None = self._install_fusion("fused_rope", fused_rope, install_rope,
+                                                           "attention layers' RoPE")
         self.fused_rope = bool(self.rope and self.rope.fused)
         # On CPU the output head runs as weight @ hidden.T (see _cpu_head); False = lm_head(hidden).
         self.cpu_head_left = True
 
-    def _install_norms(self, mode: str) -> FusedNorms | None:
-        if mode == "off" or (mode == "auto" and self.device.type != "cuda"):
-            return None
-        if self.device.type != "cuda":
-            raise ValueError(f"fused_norms='on' needs a CUDA model, this one is on {self.device}")
-        if importlib.util.find_spec("triton") is None:
-            if mode == "on":
-                raise ValueError("fused_norms='on' needs the 'triton' package")
-            log.info("triton is not installed: RMSNorm modules run as transformers wrote them")
-            return None
-        report = install_norms(self.model, impl="triton")
-        if mode == "on" and not report.fused:
-            raise ValueError(f"fused_norms='on' but no RMSNorm module could be fused: {report.skipped}")
-        log.info("fused RMSNorm: %d modules (%s)", len(report.fused), ", ".join(sorted(set(report.fused.values()))))
-        return report
+    def _install_fusion(self, setting: str, mode: str, install, what: str):
+        """Install one Triton fusion (fused_norms / fused_rope) per its auto | on | off setting.
 
-    def _install_rope(self, mode: str) -> FusedRope | None:
+        auto: on CUDA when triton is installed, else nothing. on: required; a CPU model, no
+        triton, or nothing fusable is an error. Returns the install report or None."""
         if mode == "off" or (mode == "auto" and self.device.type != "cuda"):
             return None
         if self.device.type != "cuda":
-            raise ValueError(f"fused_rope='on' needs a CUDA model, this one is on {self.device}")
+            raise ValueError(f"{setting}='on' needs a CUDA model, this one is on {self.device}")
         if importlib.util.find_spec("triton") is None:
             if mode == "on":
-                raise ValueError("fused_rope='on' needs the 'triton' package")
-            log.info("triton is not installed: RoPE runs as transformers wrote it")
+                raise ValueError(f"{setting}='on' needs the 'triton' package")
+            log.info("triton is not installed: %s run as transformers wrote them", what)
             return None
-        report = install_rope(self.model, impl="triton")
+        report = install(self.model, impl="triton")
         if mode == "on" and not report.fused:
-            raise ValueError(f"fused_rope='on' but no attention module's RoPE could be fused: {report.skipped}")
-        log.info("fused RoPE: %d attention modules", len(report.fused))
+            raise ValueError(f"{setting}='on' but no {what} could be fused: {report.skipped}")
+        log.info("%s: %d fused (%s)", setting, len(report.fused), ", ".join(sorted(set(report.fused.values()))))
         return report
 
     # ------------------------------------------------------------------ helpers
