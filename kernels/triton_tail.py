@@ -28,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without triton
     raise ImportError("kernels.triton_tail needs the 'triton' package (pip install triton)") from exc
 
 from . import tail_merge
-from .triton_attend import INTERPRET, _merge_block_d, _merge_splits_kernel, _next_pow2, _sm_count
+from .triton_attend import INTERPRET, _merge_block_d, _merge_splits_kernel, _sm_count
 
 __all__ = ["triton_tail_merged", "triton_window"]
 
@@ -189,7 +189,7 @@ def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, n
     if split:
         lse = torch.empty(tq, hq, dtype=torch.float32, device=q.device)  # written, not needed
         block_dr = _merge_block_d(tq * hq, block_d, _sm_count(q.device))
-        block_s = _next_pow2(num_splits)
+        block_s = triton.next_power_of_2(num_splits)
         _merge_splits_kernel[(tq * hq, triton.cdiv(d, block_dr))](
             ops, lps, out, lse,
             0, out.stride(0), out.stride(1),
