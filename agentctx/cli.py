@@ -45,6 +45,8 @@ def _config(args):
     cfg = load_config(args.config)
     if getattr(args, "model", None):
         cfg.model.path = args.model
+    if getattr(args, "tokenizer", None):
+        cfg.model.tokenizer = args.tokenizer
     if getattr(args, "budget", None) is not None:
         cfg.retrieval = cfg.retrieval.model_copy(update={"budget_fraction": args.budget, "top_k_pages": None})
     return cfg
@@ -87,8 +89,11 @@ def cmd_serve(args) -> int:
 def cmd_prepare_model(args) -> int:
     from serving.model_loader import resolve_model_dir
 
-    print(resolve_model_dir(args.model))
+    print(resolve_model_dir(args.model, args.tokenizer))
     return 0
+
+
+_TOKENIZER_HELP = "local dir whose tokenizer replaces the model's own (e.g. beside a .gguf file)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("review", help="review a document: summary, clauses, risks (JSON + HTML)")
     r.add_argument("file", nargs="?", default=str(SAMPLE_CONTRACT), help="UTF-8 text file (default: bundled sample)")
-    r.add_argument("--model", help="local HF checkpoint dir (default: embedded Gemma 3 270M)")
+    r.add_argument("--model", help="local HF checkpoint dir or .gguf file (default: embedded Gemma 3 270M)")
+    r.add_argument("--tokenizer", help=_TOKENIZER_HELP)
     r.add_argument("--out", default="out/review", help="output dir for report.json / report.html")
     r.add_argument("--config", help="agentctx YAML config")
     r.add_argument("--tenant", default="default")
@@ -110,10 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="start the HTTP API (Ray Serve) in the foreground")
     s.add_argument("--config", default=None, help="agentctx YAML config (e.g. deploy/agentctx.yaml)")
     s.add_argument("--model")
+    s.add_argument("--tokenizer", help=_TOKENIZER_HELP)
     s.set_defaults(func=cmd_serve)
 
     m = sub.add_parser("prepare-model", help="convert the embedded model once (or check a --model dir)")
     m.add_argument("--model")
+    m.add_argument("--tokenizer", help=_TOKENIZER_HELP)
     m.set_defaults(func=cmd_prepare_model)
     return p
 

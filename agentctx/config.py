@@ -23,7 +23,10 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    path: str | None = Field(None, description="Local HF checkpoint dir; None = embedded Gemma 3 270M")
+    path: str | None = Field(None, description="Local HF checkpoint dir or .gguf file; None = embedded Gemma 3 270M")
+    tokenizer: str | None = Field(
+        None, description="Local dir whose tokenizer replaces the model's own (e.g. a tokenizer.json carried beside "
+                          "a GGUF file); None = the checkpoint's tokenizer")
     page_size: int = Field(default_factory=settings.page_size, ge=16, le=4096, description="Tokens per KV page")
     prefill_chunk_tokens: int = Field(1024, ge=16, description="Tokens per prefill step (multiple of page_size)")
     max_context_tokens: int = Field(default_factory=settings.max_context_tokens, ge=1, description="Longest document")

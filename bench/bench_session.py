@@ -141,6 +141,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--device", default=None)
     ap.add_argument("--weights", default=None,
                     help="real-gemma only: a checkpoint dir or .gguf file instead of the embedded model")
+    ap.add_argument("--tokenizer", default=None,
+                    help="real-gemma only: a dir whose tokenizer replaces the weights' own (with a .gguf on a "
+                         "machine whose transformers rebuilds its tokenizer wrongly)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="output dir (default $OUT, else bench/results)")
     return ap.parse_args(argv)
@@ -210,17 +213,21 @@ def random_config(name: str):
     raise ValueError(name)
 
 
-def build_model(name: str, device: torch.device, seed: int, weights: str | None = None):
+def build_model(name: str, device: torch.device, seed: int, weights: str | None = None,
+                tokenizer: str | None = None):
     """Returns (LoadedModel, info dict). ``weights``: for real-gemma, a checkpoint dir or a .gguf
-    file to load instead of the embedded model (how real weights reach a machine without them)."""
+    file to load instead of the embedded model (how real weights reach a machine without them);
+    ``tokenizer``: a dir whose tokenizer replaces theirs."""
     from serving.model_loader import LoadedModel
 
     if name == "real-gemma":
         from serving.model_loader import load_model
 
         dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-        loaded = load_model(weights, dtype=dtype, device=str(device))
+        loaded = load_model(weights, dtype=dtype, device=str(device), tokenizer=tokenizer)
         what = f"real ({weights})" if weights else "real (converted Gemma 3 270M)"
+        if tokenizer:
+            what += f", tokenizer from {tokenizer}"
         return loaded, {"weights": what, "random": False, "dtype": str(dtype)}
     if name in TINY:
         from transformers import AutoModelForCausalLM
@@ -424,7 +431,7 @@ class ModelBench:
         from serving.model_runner import ModelRunner
 
         t0 = time.perf_counter()
-        self.loaded, self.info = build_model(name, device, args.seed, args.weights)
+        self.loaded, self.info = build_model(name, device, args.seed, args.weights, args.tokenizer)
         self.model = self.loaded.model
         self.build_s = time.perf_counter() - t0
         self.real = not self.info["random"]

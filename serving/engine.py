@@ -177,6 +177,7 @@ class LocalEngine(Engine):
         fused_rope: str = "auto",
         decode_batch: int = 8,
         decode_gather_s: float = 0.003,
+        tokenizer: str | None = None,
     ):
         if decode_batch < 1:
             raise ValueError(f"decode_batch must be >= 1, got {decode_batch}")
@@ -184,7 +185,7 @@ class LocalEngine(Engine):
             if dtype is None:
                 on_gpu = (device or "").startswith("cuda") or (device is None and torch.cuda.is_available())
                 dtype = torch.bfloat16 if on_gpu else torch.float32
-            model = load_model(model, dtype=dtype, device=device)
+            model = load_model(model, dtype=dtype, device=device, tokenizer=tokenizer)
         self.runner = ModelRunner(
             model,
             page_size=page_size,

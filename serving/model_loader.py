@@ -87,8 +87,26 @@ def check_tokenizer(tok, source: str) -> None:
         )
 
 
-def convert_gguf(gguf_path: Path, target: Path, model_id: str, sha256: str) -> None:
+def _load_tokenizer_dir(path: Path):
+    """A tokenizer from a local dir given in place of the model's own (``tokenizer=``)."""
+    from transformers import AutoTokenizer
+
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise ModelLoadError(f"tokenizer path {str(path)!r} is not a directory (agentctx never downloads "
+                             "tokenizers; give a dir holding tokenizer.json or the model's tokenizer files)")
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"cannot load a tokenizer from {str(path)!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def convert_gguf(gguf_path: Path, target: Path, model_id: str, sha256: str,
+                 tokenizer_dir: Path | None = None) -> None:
     """Dequantise a GGUF file once into a safetensors checkpoint dir at ``target``.
+
+    ``tokenizer_dir``: take the tokenizer from this dir instead of rebuilding it from the GGUF
+    (older transformers rebuild some GGUF tokenizers wrongly, see ``check_tokenizer``).
 
     The dir is written under a temporary name and renamed into place, so a half-written
     one is never picked up; its marker file records the source, its sha256 and the
@@ -101,13 +119,18 @@ def convert_gguf(gguf_path: Path, target: Path, model_id: str, sha256: str) -> N
     t0 = time.perf_counter()
     kwargs = dict(gguf_file=gguf_path.name, local_files_only=True)
     try:
-        tok = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+        if tokenizer_dir is None:
+            tok = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+        else:
+            tok = _load_tokenizer_dir(tokenizer_dir)
         model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
+    except ModelLoadError:
+        raise
     except ImportError as exc:
         raise ModelLoadError(f"reading a GGUF file needs the 'gguf' package (pip install gguf): {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - transformers' GGUF reader raises many kinds
         raise ModelLoadError(f"cannot convert GGUF file {str(gguf_path)!r}: {type(exc).__name__}: {exc}") from exc
-    check_tokenizer(tok, str(gguf_path))
+    check_tokenizer(tok, str(tokenizer_dir or gguf_path))
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -125,7 +148,8 @@ def convert_gguf(gguf_path: Path, target: Path, model_id: str, sha256: str) -> N
         config["dtype"] = "float32"
         (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
         tok.save_pretrained(tmp)
-        marker = {"source": str(gguf_path), "sha256": sha256, "model_id": model_id}
+        marker = {"source": str(gguf_path), "sha256": sha256, "model_id": model_id,
+                  "tokenizer": str(tokenizer_dir) if tokenizer_dir else "gguf"}
         (tmp / _CONVERTED_MARKER).write_text(json.dumps(marker))
         if target.exists():
             shutil.rmtree(target)
@@ -151,19 +175,20 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _gguf_dir(path: Path) -> Path:
+def _gguf_dir(path: Path, tokenizer_dir: Path | None = None) -> Path:
     """The converted checkpoint dir of a GGUF file, converting it on first use. The file is hashed
     on every load (~1 s per 250 MB): a changed file at the same path gets its own conversion."""
     sha = _file_sha256(path)
     target = settings.cache_dir() / "models" / f"gguf-{sha[:16]}"
     if not (target / _CONVERTED_MARKER).exists():
         model_id = DEFAULT_MODEL if sha == _EMBEDDED_GGUF_SHA256 else f"gguf:{sha[:16]}"
-        convert_gguf(path, target, model_id, sha)
+        convert_gguf(path, target, model_id, sha, tokenizer_dir)
     return target
 
 
-def resolve_model_dir(model: str | os.PathLike | None) -> Path:
-    """Return a local checkpoint dir for ``model`` (None or DEFAULT_MODEL = embedded Gemma)."""
+def resolve_model_dir(model: str | os.PathLike | None, tokenizer: str | os.PathLike | None = None) -> Path:
+    """Return a local checkpoint dir for ``model`` (None or DEFAULT_MODEL = embedded Gemma).
+    ``tokenizer``: a dir whose tokenizer a GGUF conversion takes instead of the file's own."""
     if model is None or str(model) == DEFAULT_MODEL:
         target = _converted_dir()
         if not (target / _CONVERTED_MARKER).exists():
@@ -173,7 +198,7 @@ def resolve_model_dir(model: str | os.PathLike | None) -> Path:
     if not path.exists():
         raise ModelLoadError(f"model path {str(path)!r} does not exist (agentctx never downloads models)")
     if path.is_file() and path.suffix.lower() == ".gguf":
-        path = _gguf_dir(path)  # then checked like any checkpoint dir: the family must be supported
+        path = _gguf_dir(path, Path(tokenizer).expanduser() if tokenizer else None)  # then checked like any checkpoint dir: the family must be supported
     if not path.is_dir() or not (path / "config.json").exists():
         raise ModelLoadError(f"model path {str(path)!r} is not a Hugging Face checkpoint dir (no config.json) "
                              "or a .gguf file")
@@ -194,17 +219,30 @@ def load_model(
     *,
     dtype: torch.dtype = torch.float32,
     device: str | None = None,
+    tokenizer: str | os.PathLike | None = None,
 ) -> LoadedModel:
-    """Load weights and tokenizer from a local dir; never touches the network."""
+    """Load weights and tokenizer from a local dir; never touches the network.
+
+    ``tokenizer``: a local dir whose tokenizer replaces the checkpoint's (or the GGUF file's) own,
+    e.g. a good tokenizer.json carried beside a GGUF to a machine whose transformers rebuilds the
+    file's tokenizer wrongly. Its ids must fit the model's embedding table.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve_model_dir(model)
+    path = resolve_model_dir(model, tokenizer)
     device = device or settings.device()
+    tok = _load_tokenizer_dir(Path(tokenizer)) if tokenizer else None
     try:
-        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        if tok is None:
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(f"cannot load model from {path}: {exc}") from exc
+    rows = lm.get_input_embeddings().num_embeddings
+    if tokenizer and len(tok) > rows:
+        # Ids past the table would fail deep inside the first forward (or read garbage on GPU).
+        raise ModelLoadError(f"the tokenizer in {str(tokenizer)!r} has {len(tok)} tokens but the model at {path} "
+                             f"embeds only {rows}: it is not this model's tokenizer")
     lm.to(device).eval()
     marker = path / _CONVERTED_MARKER
     if marker.exists():  # converted from a GGUF; markers written before model_id existed: embedded

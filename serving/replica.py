@@ -39,9 +39,11 @@ def build_engine(m: ModelConfig) -> Engine:
         from serving.vllm_engine import VLLMEngine
 
         return VLLMEngine(m.path, page_size=m.page_size, max_context_tokens=m.max_context_tokens, dtype=m.dtype,
-                          kv_cache_gib=m.vllm_kv_cache_gib, max_model_len=m.vllm_max_model_len)
+                          kv_cache_gib=m.vllm_kv_cache_gib, max_model_len=m.vllm_max_model_len,
+                          tokenizer=m.tokenizer)
     return LocalEngine(
         m.path,
+        tokenizer=m.tokenizer,
         page_size=m.page_size,
         prefill_chunk_tokens=m.prefill_chunk_tokens,
         max_context_tokens=m.max_context_tokens,

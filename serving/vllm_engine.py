@@ -83,6 +83,7 @@ class VLLMEngine(Engine):
         enforce_eager: bool = True,
         seed: int = 0,
         page_loader: PageLoader | None = None,
+        tokenizer: str | os.PathLike | None = None,
     ):
         try:
             from vllm import LLM
@@ -91,7 +92,8 @@ class VLLMEngine(Engine):
         from transformers import AutoTokenizer
 
         os.environ["HF_HUB_OFFLINE"] = "1"  # never download: weights and tokenizer are local
-        path = resolve_model_dir(model)
+        path = resolve_model_dir(model, tokenizer)
+        tok_dir = Path(tokenizer).expanduser() if tokenizer else path
         cfg = json.loads((path / "config.json").read_text())
         if not cfg.get("architectures"):
             # Without it vLLM guesses a class and may pick an embedding model.
@@ -104,8 +106,8 @@ class VLLMEngine(Engine):
         limit = _position_limit(cfg)
         self.max_model_len = min(max_model_len or limit, limit)
         self.max_context_tokens = min(max_context_tokens, self.max_model_len)
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        kwargs = dict(model=str(path), tokenizer=str(path), dtype=dtype or ("bfloat16" if on_gpu else "float32"),
+        self.tokenizer = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
+        kwargs = dict(model=str(path), tokenizer=str(tok_dir), dtype=dtype or ("bfloat16" if on_gpu else "float32"),
                       enable_prefix_caching=True, max_model_len=self.max_model_len, seed=seed,
                       enforce_eager=enforce_eager)
         if on_gpu:

@@ -94,3 +94,69 @@ def test_a_subword_tokenizer_passes_the_check():
     ml.check_tokenizer(tok, "embedded")
     with pytest.raises(ModelLoadError, match="per-character"):
         ml.check_tokenizer(_PerCharTokenizer(), "x")
+
+
+# --- tokenizer= : a carried tokenizer in place of the GGUF's (or checkpoint's) own -----------------
+
+
+def test_a_carried_tokenizer_replaces_a_broken_gguf_rebuild(cache, tmp_path, monkeypatch):
+    """As on the GPU image: transformers rebuilds the GGUF's tokenizer per character; the tokenizer
+    dir given beside the file is used instead, checked, and saved into the converted checkpoint."""
+    import transformers
+
+    good_dir = ml.resolve_model_dir(None)  # the embedded model's real tokenizer
+    ckpt = make_tiny_checkpoint("gemma3_text", tmp_path / "tiny")
+    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt)
+    real_from_pretrained = transformers.AutoTokenizer.from_pretrained
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"stands in for a GGUF file")
+
+    def from_pretrained(path, *a, **k):
+        return _PerCharTokenizer() if "gguf_file" in k else real_from_pretrained(path, *a, **k)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: model)
+    with pytest.raises(ModelLoadError, match="per-character"):
+        ml.resolve_model_dir(gguf)  # without the carried tokenizer: refused, as before
+    out = ml.resolve_model_dir(gguf, tokenizer=good_dir)
+    marker = json.loads((out / "agentctx_converted.json").read_text())
+    assert marker["tokenizer"] == str(good_dir)
+    saved = real_from_pretrained(out, local_files_only=True)
+    want = real_from_pretrained(good_dir, local_files_only=True)
+    text = "The Supplier shall indemnify the Customer."
+    assert saved(text)["input_ids"] == want(text)["input_ids"]
+
+
+def test_load_model_takes_the_tokenizer_dir_given(tmp_path):
+    ckpt = make_tiny_checkpoint("llama", tmp_path / "tiny")
+    other = tmp_path / "tok"
+    shutil.copytree(ckpt, other)
+    loaded = load_model(ckpt, tokenizer=other)
+    assert loaded.tokenizer.name_or_path == str(other)
+    assert loaded.model_id == f"local:{ckpt.resolve()}"
+
+
+def test_a_tokenizer_that_is_not_the_models_is_refused(tmp_path):
+    ckpt = make_tiny_checkpoint("llama", tmp_path / "tiny")
+    with pytest.raises(ModelLoadError, match="not this model's tokenizer"):
+        load_model(ckpt, tokenizer=ml.resolve_model_dir(None))  # 262K tokens vs the tiny table
+    with pytest.raises(ModelLoadError, match="not a directory"):
+        load_model(ckpt, tokenizer=tmp_path / "missing")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelLoadError, match="cannot load a tokenizer"):
+        load_model(ckpt, tokenizer=empty)
+
+
+def test_a_bad_tokenizer_dir_leaves_a_finished_conversion_alone(cache, tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF stand-in")
+    sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    done = cache / "models" / f"gguf-{sha[:16]}"
+    shutil.copytree(make_tiny_checkpoint("gemma3_text", tmp_path / "tiny"), done)
+    (done / "agentctx_converted.json").write_text(json.dumps({"sha256": sha, "model_id": f"gguf:{sha[:16]}"}))
+    before = sorted(p.name for p in done.iterdir())
+    with pytest.raises(ModelLoadError, match="not a directory"):
+        load_model(gguf, tokenizer=tmp_path / "nope")
+    assert sorted(p.name for p in done.iterdir()) == before
+    assert load_model(gguf).path == done
