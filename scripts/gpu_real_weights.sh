@@ -52,7 +52,8 @@ PY
     fi
     [ "${GPU_REAL_CHECK_ONLY:-0}" = 1 ] && { echo "gguf ok: $dst/gemma-3-270m-q4_k_m.gguf ${tok[*]}"; exit 0; }
     # No MiniLM or faiss on the GPU machine: pages by oracle + random selection, as for random weights.
-    exec python3 bench/bench_session.py --model real-gemma:8k,32k,128k --weights "$dst/gemma-3-270m-q4_k_m.gguf" \
+    # Sizes: GPU_REAL_SIZES (a --model in the args would be a second model: bench_session appends).
+    exec python3 bench/bench_session.py --model "real-gemma:${GPU_REAL_SIZES:-8k,32k,128k}" --weights "$dst/gemma-3-270m-q4_k_m.gguf" \
       "${tok[@]}" --selection oracle "$@" ;;
   *) echo "usage: $0 prepare | receive K | run [bench_session args]" >&2; exit 2 ;;
 esac
