@@ -42,6 +42,9 @@ class ModelConfig(_Strict):
     fused_rope: Literal["auto", "on", "off"] = Field(
         "auto", description="Each attention layer's RoPE (q and k) as one Triton kernel in the local engine's "
                             "forwards (instead of ~10 small ones); auto = on for CUDA with triton")
+    fused_proj: Literal["auto", "on", "off"] = Field(
+        "auto", description="q/k/v and gate/up projections as one matrix product each in the local engine's "
+                            "forwards (7 products per layer become 4; no extra memory); auto = on for CUDA")
     decode_batch: int = Field(
         8, ge=1, le=256, description="Most concurrent generations whose decode steps share one forward "
                                      "(local engine, eager query mode); 1 = each generation runs alone")

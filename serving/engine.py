@@ -175,6 +175,7 @@ class LocalEngine(Engine):
         query_mode: str = "auto",
         fused_norms: str = "auto",
         fused_rope: str = "auto",
+        fused_proj: str = "auto",
         decode_batch: int = 8,
         decode_gather_s: float = 0.003,
         tokenizer: str | None = None,
@@ -195,6 +196,7 @@ class LocalEngine(Engine):
             query_mode=query_mode,
             fused_norms=fused_norms,
             fused_rope=fused_rope,
+            fused_proj=fused_proj,
         )
         self.tokenizer = model.tokenizer
         self.model_id = model.model_id
@@ -250,6 +252,7 @@ class LocalEngine(Engine):
         return {"engine": self.kind, "device": str(r.device), "dtype": str(r.dtype).replace("torch.", ""),
                 "query_mode": r.query_mode, "fused_norms": len(r.norms.fused) if r.norms else 0,
                 "fused_rope": len(r.rope.fused) if r.rope else 0,
+                "fused_proj": len(r.proj.fused) if r.proj else 0,
                 "decode_batching": batching, "slot_kernels": first_call_results(),
                 "kv_bytes_per_token": r.layout.kv_bytes_per_token(r.dtype), "cached_contexts": len(self._docs),
                 "cached_bytes": self.cached_bytes()}

@@ -34,6 +34,7 @@ from kernels import attend_selected, merge_attention
 from kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
 from kernels.tail_merge import attend_window
 from serving.fused_norms import FusedNorms, install_norms, norms_active
+from serving.fused_proj import FusedProj, install_proj, proj_active
 from serving.fused_rope import FusedRope, install_rope, rope_active
 from serving.model_loader import LoadedModel
 from serving.paged_kv import DocKV, LayerLayout, QueryTail
@@ -62,6 +63,9 @@ FUSED_NORMS = ("auto", "on", "off")
 # Each attention layer's RoPE (q and k) as one Triton kernel during our forwards
 # (serving/fused_rope.py), same settings.
 FUSED_ROPE = ("auto", "on", "off")
+# q/k/v and gate/up as one matrix product each during our forwards (serving/fused_proj.py,
+# plain PyTorch): "auto" = on for CUDA models (where a forward is launch-bound); "on" anywhere.
+FUSED_PROJ = ("auto", "on", "off")
 # How a prefill chunk's sliding-window layers attend (the chunk after the previous window):
 # "kernel" = the Triton band kernel (kernels/tail_merge.attend_window, first call checked
 # against the torch path), "banded" = SDPA band by band, "square" = blockwise fp32 with a
@@ -261,11 +265,14 @@ class ModelRunner:
         static_tail_tokens: int = 2048,
         fused_norms: str = "auto",
         fused_rope: str = "auto",
+        fused_proj: str = "auto",
     ):
         if fused_norms not in FUSED_NORMS:
             raise ValueError(f"fused_norms must be one of {FUSED_NORMS}, got {fused_norms!r}")
         if fused_rope not in FUSED_ROPE:
             raise ValueError(f"fused_rope must be one of {FUSED_ROPE}, got {fused_rope!r}")
+        if fused_proj not in FUSED_PROJ:
+            raise ValueError(f"fused_proj must be one of {FUSED_PROJ}, got {fused_proj!r}")
         if query_mode not in QUERY_MODES:
             raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {query_mode!r}")
         if static_tail_tokens < 2 * BUCKETS[-1]:
@@ -306,16 +313,26 @@ class ModelRunner:
         self.rope: FusedRope | None = self._install_fusion("fused_rope", fused_rope, install_rope,
                                                            "attention layers' RoPE")
         self.fused_rope = bool(self.rope and self.rope.fused)
+        self.proj: FusedProj | None = self._install_fusion("fused_proj", fused_proj, install_proj,
+                                                           "q/k/v or gate/up projections", triton=False)
+        self.fused_proj = bool(self.proj and self.proj.fused)
         # On CPU the output head runs as weight @ hidden.T (see _cpu_head); False = lm_head(hidden).
         self.cpu_head_left = True
 
-    def _install_fusion(self, setting: str, mode: str, install, what: str):
-        """Install one Triton fusion (fused_norms / fused_rope) per its auto | on | off setting.
+    def _install_fusion(self, setting: str, mode: str, install, what: str, triton: bool = True):
+        """Install one fusion (fused_norms / fused_rope / fused_proj) per its auto | on | off setting.
 
-        auto: on CUDA when triton is installed, else nothing. on: required; a CPU model, no
-        triton, or nothing fusable is an error. Returns the install report or None."""
+        auto: on CUDA (when triton is installed, for the Triton ones), else nothing. on: required;
+        nothing fusable is an error, and so are a CPU model or no triton for the Triton ones.
+        Returns the install report or None."""
         if mode == "off" or (mode == "auto" and self.device.type != "cuda"):
             return None
+        if not triton:
+            report = install(self.model, impl="torch")
+            if mode == "on" and not report.fused:
+                raise ValueError(f"{setting}='on' but no {what} could be fused: {report.skipped}")
+            log.info("%s: %d fused", setting, len(report.fused))
+            return report
         if self.device.type != "cuda":
             raise ValueError(f"{setting}='on' needs a CUDA model, this one is on {self.device}")
         if importlib.util.find_spec("triton") is None:
@@ -338,7 +355,7 @@ class ModelRunner:
         """Hidden states (B, T, hidden); ids and positions (B, T)."""
         token = _STEP.set(step)
         try:
-            with norms_active(self.fused_norms), rope_active(self.fused_rope):
+            with norms_active(self.fused_norms), rope_active(self.fused_rope), proj_active(self.fused_proj):
                 out = self.model.model(input_ids=ids.to(self.device), position_ids=positions, use_cache=False)
         finally:
             _STEP.reset(token)

@@ -53,6 +53,7 @@ def build_engine(m: ModelConfig) -> Engine:
         query_mode=m.query_mode,
         fused_norms=m.fused_norms,
         fused_rope=m.fused_rope,
+        fused_proj=m.fused_proj,
         decode_batch=m.decode_batch,
         decode_gather_s=m.decode_gather_ms / 1000,
     )
