@@ -50,37 +50,42 @@ def main() -> int:
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    # (label, query mode, fused norms, tail impl, window impl, window splits, fused RoPE).
+    # (label, query mode, fused norms, tail impl, window impl, window splits, fused RoPE,
+    # merged projections). "+p" = q/k/v and gate/up as one product each (serving.fused_proj).
     # "+tk" = the slot-buffer kernels of kernels/tail_merge.py (global layers: the query's own
     # tokens merged with the pages; sliding layers: the window band), "+fn" = fused RMSNorm,
     # "+r" = fused RoPE (serving.fused_rope); all CUDA only (Triton). "-w" = the sliding
     # layers' window band on the torch path (SDPA with a band mask) while the global layers keep
     # the tail kernel: what the window kernel alone buys. "-s" = the window kernel unsplit (one
     # program per KV head and row tile streams the whole band): what split-K buys.
-    variants = [("eager", "eager", False, "torch", "torch", None, False),
-                ("static", "static", False, "torch", "torch", None, False)]
+    variants = [("eager", "eager", False, "torch", "torch", None, False, False),
+                ("static", "static", False, "torch", "torch", None, False, False)]
     if dev.type == "cuda":
-        variants += [("graph", "graph", False, "torch", "torch", None, False),
-                     ("graph+tk", "graph", False, "auto", "auto", None, False)]
+        variants += [("graph", "graph", False, "torch", "torch", None, False, False),
+                     ("graph+tk", "graph", False, "auto", "auto", None, False, False)]
         if runner.norms is not None and runner.norms.fused:
-            variants += [("eager+fn", "eager", True, "torch", "torch", None, False),
-                         ("graph+tk+fn-w", "graph", True, "auto", "torch", None, False),
-                         ("graph+tk+fn-s", "graph", True, "auto", "auto", 1, False),
-                         ("graph+tk+fn", "graph", True, "auto", "auto", None, False)]
+            variants += [("eager+fn", "eager", True, "torch", "torch", None, False, False),
+                         ("graph+tk+fn-w", "graph", True, "auto", "torch", None, False, False),
+                         ("graph+tk+fn-s", "graph", True, "auto", "auto", 1, False, False),
+                         ("graph+tk+fn", "graph", True, "auto", "auto", None, False, False)]
             if getattr(runner, "rope", None) is not None and runner.rope.fused:
-                variants += [("graph+tk+fn+r", "graph", True, "auto", "auto", None, True)]
+                variants += [("graph+tk+fn+r", "graph", True, "auto", "auto", None, True, False)]
+                if getattr(runner, "proj", None) is not None and runner.proj.fused:
+                    variants += [("graph+tk+fn+r+p", "graph", True, "auto", "auto", None, True, True)]
     has_fused = runner.fused_norms
     wall: dict[str, tuple[float, float]] = {}
     first: dict[str, list[int]] = {}
     first_logits: dict[str, torch.Tensor] = {}
     with torch.inference_mode():
         replays = {}
-        for label, mode, fused, tail_impl, window_impl, splits, rope in variants:
+        for label, mode, fused, tail_impl, window_impl, splits, rope, proj in variants:
             runner.query_mode, runner.fused_norms, runner.tail_impl = mode, fused, tail_impl
             runner.window_impl = window_impl
             tail_merge.WINDOW_SPLITS = splits
             if hasattr(runner, "fused_rope"):
                 runner.fused_rope = rope
+            if hasattr(runner, "fused_proj"):
+                runner.fused_proj = proj
             doc.query_slots.clear()  # captured graphs keep the kernels they were captured with
             for rep in range(2):  # the first round compiles / captures
                 tail = runner.new_tail(doc)
@@ -132,6 +137,8 @@ def main() -> int:
             runner.fused_norms = fused
             if hasattr(runner, "fused_rope"):
                 runner.fused_rope = fused and getattr(runner, "rope", None) is not None and bool(runner.rope.fused)
+            if hasattr(runner, "fused_proj"):
+                runner.fused_proj = fused and getattr(runner, "proj", None) is not None and bool(runner.proj.fused)
             runner.tail_impl = runner.window_impl = "auto" if fused else "torch"
             doc.query_slots.clear()
             tail = runner.new_tail(doc)

@@ -18,6 +18,7 @@ t0=$SECONDS
 gpu_tests=(tests/kernels/test_tail_merge_gpu.py tests/kernels/test_rmsnorm_gpu.py tests/kernels/test_triton_gpu.py
            tests/kernels/test_positional.py tests/serving/test_model_runner_gpu.py)
 [ -f tests/kernels/test_rope_gpu.py ] && gpu_tests+=(tests/kernels/test_rope_gpu.py tests/serving/test_fused_rope.py)
+[ -f tests/serving/test_fused_proj.py ] && gpu_tests+=(tests/serving/test_fused_proj.py)
 timeout 480 "$py" -m pytest -q -m gpu -p no:cacheprovider "${gpu_tests[@]}" > "$out/gpu_tests.log" 2>&1
 echo "gpu tests rc=$? ($((SECONDS - t0)) s)"; grep -E "passed|failed" "$out/gpu_tests.log" | tail -1
 grep -E "^FAILED" "$out/gpu_tests.log" | head -20

@@ -19,7 +19,9 @@ set (our runner sets it around its forwards):
   module's own product, so a different call order is slower, never wrong.
 
 Forwards on one model are serialised (the engine holds a lock), so the per-module
-hand-over needs no thread-local state. A module whose merged product does not match
+hand-over needs no thread-local state. If a module's weight no longer lives in the stacked
+tensor (the model was moved or a weight replaced after install), its group runs the modules'
+own products again: a stale copy is never read. A module whose merged product does not match
 its own on a probe input keeps its own forward (``FusedProj.skipped``).
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -132,11 +135,25 @@ def install_proj(model: nn.Module, impl: str = "torch") -> FusedProj:
     return report
 
 
+def _still_views(mods, weight) -> Callable[[], bool]:
+    """A check that every module's weight still lies where install put it (cheap: pointers)."""
+    want, row = [], weight.data_ptr()
+    for m in mods:
+        want.append(row)
+        row += m.weight.numel() * m.weight.element_size()
+
+    def check() -> bool:
+        return all(m.weight.data_ptr() == p for m, p in zip(mods, want))
+
+    return check
+
+
 def _wrap_mlp(module, mods, weight, bias, sizes) -> None:
     own_forward = module.forward
+    intact = _still_views(mods, weight)
 
     def forward(x):
-        if not _ACTIVE.get():
+        if not (_ACTIVE.get() and intact()):
             return own_forward(x)
         gate, up = F.linear(x, weight, bias).split(sizes, dim=-1)
         return module.down_proj(module.act_fn(gate) * up)
@@ -148,9 +165,10 @@ def _wrap_qkv(module, mods, weight, bias, sizes) -> None:
     q_mod, k_mod, v_mod = mods
     held: dict[str, object] = {}  # the input q_proj saw, and the k and v it computed for it
     own = {m: m.forward for m in mods}
+    intact = _still_views(mods, weight)
 
     def q_forward(x):
-        if not _ACTIVE.get():
+        if not (_ACTIVE.get() and intact()):
             return own[q_mod](x)
         q, k, v = F.linear(x, weight, bias).split(sizes, dim=-1)
         held.update(x=x, k=k, v=v)

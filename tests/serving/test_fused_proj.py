@@ -152,3 +152,44 @@ def test_runner_and_config_refuse_unknown_settings(family_path):
                     prefill_chunk_tokens=64, fused_proj="yes")
     with pytest.raises(ValueError):
         ModelConfig(fused_proj="yes")
+
+
+def test_a_weight_replaced_after_install_is_never_read_stale(family_path):
+    loaded = load_model(family_path, dtype=torch.float32, device="cpu")
+    install_proj(loaded.model)
+    ids = torch.arange(4, 40).view(1, -1)
+    with torch.no_grad():
+        for _, m in loaded.model.named_modules():
+            if hasattr(m, "k_proj"):
+                m.k_proj.weight.data = m.k_proj.weight.data * 2  # new storage, as .to() would make
+            if hasattr(m, "up_proj"):
+                m.up_proj.weight.data = m.up_proj.weight.data * 0.5
+        plain = loaded.model(input_ids=ids).logits
+        with proj_active():
+            merged = loaded.model(input_ids=ids).logits
+    assert torch.equal(merged, plain)  # the stacked copies are stale: the modules' own products ran
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_merged_projections_on_cuda_graphs_match_unmerged(family, dtype, tmp_path):
+    """auto merges on CUDA; graph-mode logits (with every other fusion on) stay within rounding
+    of the unmerged ones; test_model_runner_gpu holds the merged default to transformers."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    loaded = load_model(make_tiny_checkpoint(family, tmp_path), dtype=dtype, device="cuda")
+    kw = dict(page_size=16, prefill_chunk_tokens=64, query_mode="graph")
+    merged, plain = ModelRunner(loaded, **kw), ModelRunner(loaded, fused_proj="off", **kw)
+    attn, mlp = _groups(loaded.model)
+    assert merged.fused_proj and set(merged.proj.fused) == attn | mlp and not plain.fused_proj
+    ids = torch.randint(4, 259, (300,), generator=torch.Generator().manual_seed(2)).tolist()
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    doc_m, doc_p = merged.prefill(ids[:280], progress=False), plain.prefill(ids[:280], progress=False)
+    for pages in ([0, 4, 17], None):
+        lm = merged.extend(doc_m, merged.new_tail(doc_m), ids[280:], pages)
+        lp = plain.extend(doc_p, plain.new_tail(doc_p), ids[280:], pages)
+        rel = ((lm - lp).norm() / lp.norm()).item()
+        assert rel < tol, (pages, rel)
+        if dtype == torch.float32:
+            assert int(lm.argmax()) == int(lp.argmax())
