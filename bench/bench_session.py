@@ -144,6 +144,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tokenizer", default=None,
                     help="real-gemma only: a dir whose tokenizer replaces the weights' own (with a .gguf on a "
                          "machine whose transformers rebuilds its tokenizer wrongly)")
+    ap.add_argument("--fused-proj", default="auto", choices=("auto", "on", "off"),
+                    help="merged q/k/v and gate/up products (serving/fused_proj.py); off = for an A/B run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="output dir (default $OUT, else bench/results)")
     return ap.parse_args(argv)
@@ -437,7 +439,7 @@ class ModelBench:
         self.real = not self.info["random"]
         self.runner = ModelRunner(self.loaded, page_size=args.page_size, prefill_chunk_tokens=args.prefill_chunk,
                                   max_context_tokens=max(max(sizes) * 2, 1 << 21), kernel_impl=args.kernel_impl,
-                                  query_mode=args.query_mode)
+                                  query_mode=args.query_mode, fused_proj=args.fused_proj)
         self.shape = physics.ModelShape.from_model(self.model, self.runner.layout)
         self.shared = P.SharedPeer(self.runner, device)
         self.naive = P.NaivePeer(self.model, device, args.naive_chunk)
@@ -469,6 +471,7 @@ class ModelBench:
             "shape": self.shape.to_dict(),
             "page_size": args.page_size,
             "query_mode": self.runner.query_mode,
+            "fused_proj": self.runner.fused_proj,
             "prefill_chunk": args.prefill_chunk,
             "naive_chunk": args.naive_chunk,
             "decode_tokens": self.decode_tokens,
