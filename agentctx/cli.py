@@ -87,9 +87,12 @@ def cmd_serve(args) -> int:
 
 
 def cmd_prepare_model(args) -> int:
-    from serving.model_loader import resolve_model_dir
+    from serving.model_loader import load_tokenizer_dir, resolve_model_dir
 
+    tok = load_tokenizer_dir(args.tokenizer) if args.tokenizer else None  # a bad dir fails before any work
     print(resolve_model_dir(args.model, args.tokenizer))
+    if tok is not None:
+        print(f"tokenizer: {args.tokenizer} ({len(tok)} tokens)")
     return 0
 
 

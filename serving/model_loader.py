@@ -31,6 +31,7 @@ __all__ = [
     "check_tokenizer",
     "convert_gguf",
     "load_model",
+    "load_tokenizer_dir",
     "resolve_model_dir",
 ]
 
@@ -87,7 +88,7 @@ def check_tokenizer(tok, source: str) -> None:
         )
 
 
-def _load_tokenizer_dir(path: Path):
+def load_tokenizer_dir(path: Path):
     """A tokenizer from a local dir given in place of the model's own (``tokenizer=``)."""
     from transformers import AutoTokenizer
 
@@ -122,7 +123,7 @@ def convert_gguf(gguf_path: Path, target: Path, model_id: str, sha256: str,
         if tokenizer_dir is None:
             tok = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
         else:
-            tok = _load_tokenizer_dir(tokenizer_dir)
+            tok = load_tokenizer_dir(tokenizer_dir)
         model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
     except ModelLoadError:
         raise
@@ -231,7 +232,7 @@ def load_model(
 
     path = resolve_model_dir(model, tokenizer)
     device = device or settings.device()
-    tok = _load_tokenizer_dir(Path(tokenizer)) if tokenizer else None
+    tok = load_tokenizer_dir(Path(tokenizer)) if tokenizer else None
     try:
         if tok is None:
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -160,3 +160,14 @@ def test_a_bad_tokenizer_dir_leaves_a_finished_conversion_alone(cache, tmp_path)
         load_model(gguf, tokenizer=tmp_path / "nope")
     assert sorted(p.name for p in done.iterdir()) == before
     assert load_model(gguf).path == done
+
+
+def test_prepare_model_checks_the_tokenizer_dir(tmp_path, capsys):
+    from agentctx.cli import main
+
+    ckpt = make_tiny_checkpoint("llama", tmp_path / "tiny")
+    assert main(["prepare-model", "--model", str(ckpt), "--tokenizer", str(tmp_path / "missing")]) == 1
+    assert "not a directory" in capsys.readouterr().err
+    assert main(["prepare-model", "--model", str(ckpt), "--tokenizer", str(ckpt)]) == 0
+    out = capsys.readouterr().out
+    assert str(ckpt) in out and "tokens)" in out
