@@ -17,19 +17,18 @@ dtype's tolerance. Anything else keeps its own forward and is listed in
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import logging
 from dataclasses import dataclass, field
 
 import torch
 
 from kernels.rmsnorm import STYLES, rms_norm, rms_norm_reference
+from serving.fusion_switch import FusionSwitch
 
 __all__ = ["FusedNorms", "install_norms", "norms_active"]
 
 log = logging.getLogger(__name__)
-_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("agentctx_fused_norms", default=False)
+_SWITCH = FusionSwitch("fused_norms")
 # Kernel vs transformers on the probe: differences come only from the order of the fp32 sum.
 _TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
@@ -40,14 +39,7 @@ class FusedNorms:
     skipped: dict[str, str] = field(default_factory=dict)  # module name -> why not
 
 
-@contextlib.contextmanager
-def norms_active(on: bool = True):
-    """Within this block (this thread / task only), installed norms run the fused kernel."""
-    token = _ACTIVE.set(on)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
+norms_active = _SWITCH.active  # with norms_active(): ... runs the fused code (this thread / task only)
 
 
 def _eps(module) -> float | None:
@@ -121,7 +113,7 @@ def _wrap(module, style: str, eps: float, impl: str) -> None:
             return rms_norm(x, module.weight, eps, style, impl=impl)
 
     def forward(x):
-        return fused(x) if _ACTIVE.get() else own_forward(x)
+        return fused(x) if _SWITCH.on() else own_forward(x)
 
     module.forward = forward
     module._agentctx_norm_style = style

@@ -27,8 +27,6 @@ its own on a probe input keeps its own forward (``FusedProj.skipped``).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,10 +35,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from serving.fusion_switch import FusionSwitch
+
 __all__ = ["FusedProj", "install_proj", "proj_active"]
 
 log = logging.getLogger(__name__)
-_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("agentctx_fused_proj", default=False)
+_SWITCH = FusionSwitch("fused_proj")
 # Merged vs separate products on the probe: only the GEMM's blocking may differ.
 _TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 _QKV = ("q_proj", "k_proj", "v_proj")
@@ -53,14 +53,7 @@ class FusedProj:
     skipped: dict[str, str] = field(default_factory=dict)  # module name -> why not
 
 
-@contextlib.contextmanager
-def proj_active(on: bool = True):
-    """Within this block (this thread / task only), installed modules use merged products."""
-    token = _ACTIVE.set(on)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
+proj_active = _SWITCH.active  # with proj_active(): ... runs the fused code (this thread / task only)
 
 
 def _linears(module, names) -> list[nn.Linear] | None:
@@ -153,7 +146,7 @@ def _wrap_mlp(module, mods, weight, bias, sizes) -> None:
     intact = _still_views(mods, weight)
 
     def forward(x):
-        if not (_ACTIVE.get() and intact()):
+        if not (_SWITCH.on() and intact()):
             return own_forward(x)
         gate, up = F.linear(x, weight, bias).split(sizes, dim=-1)
         return module.down_proj(module.act_fn(gate) * up)
@@ -168,7 +161,7 @@ def _wrap_qkv(module, mods, weight, bias, sizes) -> None:
     intact = _still_views(mods, weight)
 
     def q_forward(x):
-        if not (_ACTIVE.get() and intact()):
+        if not (_SWITCH.on() and intact()):
             return own[q_mod](x)
         q, k, v = F.linear(x, weight, bias).split(sizes, dim=-1)
         held.update(x=x, k=k, v=v)
@@ -176,7 +169,7 @@ def _wrap_qkv(module, mods, weight, bias, sizes) -> None:
 
     def taker(mod, key):
         def forward(x):
-            if _ACTIVE.get() and held.get("x") is x and key in held:
+            if _SWITCH.on() and held.get("x") is x and key in held:
                 out = held.pop(key)
                 if "k" not in held and "v" not in held:
                     held.clear()  # drop the input too: nothing is kept past the layer

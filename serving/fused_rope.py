@@ -19,8 +19,6 @@ dtype's tolerance. Anything else keeps its own code and is listed in ``FusedRope
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import inspect
 import logging
@@ -30,11 +28,12 @@ from dataclasses import dataclass, field
 import torch
 
 from kernels.rope import apply_rope, apply_rope_reference, rope_inputs_problem
+from serving.fusion_switch import FusionSwitch
 
 __all__ = ["FusedRope", "install_rope", "rope_active"]
 
 log = logging.getLogger(__name__)
-_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("agentctx_fused_rope", default=False)
+_SWITCH = FusionSwitch("fused_rope")
 _FN = "apply_rotary_pos_emb"
 # Kernel vs transformers on the probe, relative to the output's max magnitude: the kernel
 # rounds once from fp32 where transformers' op order rounds three times, up to two ulps apart.
@@ -47,14 +46,7 @@ class FusedRope:
     skipped: dict[str, str] = field(default_factory=dict)  # attention module name -> why not
 
 
-@contextlib.contextmanager
-def rope_active(on: bool = True):
-    """Within this block (this thread / task only), patched RoPE functions run the fused kernel."""
-    token = _ACTIVE.set(on)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
+rope_active = _SWITCH.active  # with rope_active(): ... runs the fused code (this thread / task only)
 
 
 def _original(fn):
@@ -170,7 +162,7 @@ def _wrapper(original, impl: str):
         # Anything but transformers' plain call (another unsqueeze_dim, position_ids, shapes the
         # kernel does not take, autograd) runs the original: the kernel has no backward.
         if (
-            _ACTIVE.get()
+            _SWITCH.on()
             and not args
             and kwargs.keys() <= {"unsqueeze_dim"}
             and kwargs.get("unsqueeze_dim", 1) == 1

@@ -8,6 +8,7 @@ import torch
 from serving.model_loader import load_model
 from serving.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
+from tests.serving.runner_compare import assert_runners_agree
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -106,16 +107,7 @@ def test_fused_norms_match_unfused_on_cuda(family, dtype, tmp_path):
     norms = {n for n, m in loaded.model.named_modules() if type(m).__name__.endswith("RMSNorm")}
     assert fused.fused_norms and set(fused.norms.fused) == norms and not fused.norms.skipped
     assert not plain.fused_norms
-    ids = torch.randint(4, 259, (300,), generator=torch.Generator().manual_seed(2)).tolist()
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-    doc_f, doc_p = fused.prefill(ids[:280], progress=False), plain.prefill(ids[:280], progress=False)
-    for pages in ([0, 4, 17], None):
-        lf = fused.extend(doc_f, fused.new_tail(doc_f), ids[280:], pages)
-        lp = plain.extend(doc_p, plain.new_tail(doc_p), ids[280:], pages)
-        rel = ((lf - lp).norm() / lp.norm()).item()
-        assert rel < tol, (pages, rel)
-        if dtype == torch.float32:
-            assert int(lf.argmax()) == int(lp.argmax())
+    assert_runners_agree(fused, plain, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
