@@ -73,7 +73,11 @@ def cmd_review(args) -> int:
         quote = f' "{c.citation.quote[:90]}"' if c.present and c.citation else ""
         print(f"  {c.kind:16s} {status:10s}{quote}")
     for r in report.risks:
-        print(f"  risk {r.clause_kind:16s} {r.severity:6s} {r.rationale[:80]}")
+        p = r.severity_probs.get(r.severity)
+        conf = f"p={p:.2f}" if p is not None else "      "
+        print(f"  risk {r.clause_kind:16s} {r.severity:6s} {conf} {r.rationale[:72]}")
+    for n in report.notes:
+        print(f"note: {n}")
     print(report_summary_line(report))
     print(f"report: {Path(args.out) / 'report.html'}")
     return 0 if not report.errors else 2

@@ -43,6 +43,9 @@ class RiskFields(BaseModel):
 class RiskFinding(RiskFields):
     clause_kind: str
     citation: Citation | None = None
+    severity_probs: dict[str, float] = Field(
+        default_factory=dict, description="The model's probability of each severity, normalised over the "
+                                          "three options: how clear its choice was (not a calibrated risk)")
 
 
 class AnswerFields(BaseModel):

@@ -17,6 +17,7 @@ Either raises ``StructuredOutputError`` after ``max_attempts`` invalid outputs.
 from __future__ import annotations
 
 import json
+import math
 import re
 import typing
 from typing import Any, Literal, Protocol
@@ -34,7 +35,20 @@ class LLM(Protocol):
     """What structured decoding needs: completion and option scoring over a fixed plan."""
 
     def complete(self, prompt: str, *, max_new_tokens: int, stop: tuple[str, ...]) -> str: ...
-    def choose(self, prompt: str, options: list[str]) -> int: ...
+    def scores(self, prompt: str, options: list[str]) -> list[float]: ...  # log-prob of each option
+
+
+def _pick(llm: LLM, prompt: str, options: list[str], labels: list[str], name: str,
+          choice_probs: dict[str, dict[str, float]] | None) -> int:
+    """The best-scored option; its share among the options (softmax of the log-probs) goes to
+    ``choice_probs[name]``, so a caller can tell a clear choice from a coin toss."""
+    s = llm.scores(prompt, options)
+    k = max(range(len(options)), key=s.__getitem__)
+    if choice_probs is not None:
+        top = s[k]
+        w = [math.exp(x - top) for x in s]
+        choice_probs[name] = {lab: round(x / sum(w), 4) for lab, x in zip(labels, w)}
+    return k
 
 
 def _literal_options(tp) -> list[str] | None:
@@ -51,10 +65,13 @@ def fill_fields(
     fixed: dict[str, Any] | None = None,
     max_chars: dict[str, int] | None = None,
     max_attempts: int = 2,
+    choice_probs: dict[str, dict[str, float]] | None = None,
 ) -> BaseModel:
     """Fill the schema's fields in order; ``fixed`` values are written, not generated.
 
-    The growing JSON text is part of the prompt, so later fields see earlier ones.
+    The growing JSON text is part of the prompt, so later fields see earlier ones. For each
+    choice field (``Literal``, bool), ``choice_probs`` (if given) receives each option's
+    probability normalised over the options.
     """
     fixed = fixed or {}
     max_chars = max_chars or {}
@@ -70,12 +87,12 @@ def fill_fields(
         opts = _literal_options(tp)
         if opts is not None:
             head = f"{sep}{json.dumps(name)}: \""
-            k = llm.choose(text + head, [o + '"' for o in opts])
+            k = _pick(llm, text + head, [o + '"' for o in opts], opts, name, choice_probs)
             values[name] = opts[k]
             text += head + opts[k] + '"'
         elif tp is bool:
             head = f"{sep}{json.dumps(name)}: "
-            values[name] = llm.choose(text + head, ["true", "false"]) == 0
+            values[name] = _pick(llm, text + head, ["true", "false"], ["true", "false"], name, choice_probs) == 0
             text += head + json.dumps(values[name])
         elif tp in (int, float):
             head = f"{sep}{json.dumps(name)}: "

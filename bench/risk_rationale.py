@@ -77,11 +77,10 @@ class _EngineLLM:
         return self.engine.generate(GenerateRequest(self.cid, prompt, self.pages, max_new_tokens=max_new_tokens,
                                                     stop=stop)).text
 
-    def choose(self, prompt: str, options: list[str]) -> int:
+    def scores(self, prompt: str, options: list[str]) -> list[float]:
         from serving.types import ScoreRequest
 
-        scores = self.engine.score(ScoreRequest(self.cid, prompt, tuple(options), self.pages))
-        return max(range(len(options)), key=scores.__getitem__)
+        return self.engine.score(ScoreRequest(self.cid, prompt, tuple(options), self.pages))
 
 
 def main() -> int:

@@ -53,11 +53,26 @@ class ReviewReport(BaseModel):
     risks: list[RiskFinding] = Field(default_factory=list)
     stats: dict = Field(default_factory=dict)
     errors: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="What a reader should know about the findings")
 
     @property
     def verified_share(self) -> float:
         cited = [c for c in self.clauses if c.present]
         return sum(c.verified for c in cited) / len(cited) if cited else 0.0
+
+
+def severity_note(risks: list[RiskFinding]) -> str | None:
+    """A warning when the model rated every clause alike: its severities then rank nothing.
+
+    Seen with the embedded 270M base model, which says "high" for every clause (BENCHMARKS
+    §4f); the note is computed from the findings, so a model that discriminates gets none."""
+    if len(risks) < 3 or len({r.severity for r in risks}) > 1:
+        return None
+    sev = risks[0].severity
+    shares = [r.severity_probs.get(sev) for r in risks if r.severity_probs]
+    mean = f"; mean probability of '{sev}' {sum(shares) / len(shares):.2f}" if shares else ""
+    return (f"all {len(risks)} risks were rated '{sev}'{mean}: on this document the model's severity does not "
+            f"tell the clauses apart, so treat it as unranked and read each clause")
 
 
 def build_report(result: PipelineResult, document: dict, replica_info: dict) -> ReviewReport:
@@ -69,7 +84,8 @@ def build_report(result: PipelineResult, document: dict, replica_info: dict) -> 
     attended = sum(s.stats.get("attended_tokens", 0) for s in steps.values())
     context = sum(s.stats.get("context_tokens", 0) for s in steps.values())
     report = ReviewReport(document=document, summary=summary, clauses=clauses, risks=risks,
-                          errors=[f"{n}: {e}" for n, s in steps.items() for e in s.errors])
+                          errors=[f"{n}: {e}" for n, s in steps.items() for e in s.errors],
+                          notes=[n for n in (severity_note(risks),) if n])
     report.stats = {
         "pipeline_s": round(result.seconds, 2),
         "step_s": {n: round(s.seconds, 2) for n, s in steps.items()},

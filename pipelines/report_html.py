@@ -69,11 +69,14 @@ def render_html(report: "ReviewReport", text: str) -> str:
                      f"{c.citation.page})</span><br><a href='#{anchors[id(c)]}'>&ldquo;{e(c.citation.quote)}"
                      f"&rdquo;</a></div>")
     parts.append("<h2>Risks</h2>")
+    parts.extend(f"<div class='card muted'>Note: {e(n)}</div>" for n in report.notes)
     by_kind = {c.kind: anchors[id(c)] for c in report.clauses if c.present}
     for r in report.risks:
         link = by_kind.get(r.clause_kind)
         kind = f"<a href='#{link}'>{e(r.clause_kind)}</a>" if link else e(r.clause_kind)
-        parts.append(f"<div class='card'>{kind}: <span class='sev-{r.severity}'>{r.severity}</span><br>"
+        p = r.severity_probs.get(r.severity)
+        conf = f" <span class='muted'>(p={p:.2f})</span>" if p is not None else ""
+        parts.append(f"<div class='card'>{kind}: <span class='sev-{r.severity}'>{r.severity}</span>{conf}<br>"
                      f"{e(r.rationale)}<br><i>Recommendation:</i> {e(r.recommendation)}</div>")
     parts.append("<h2>Run</h2><table>")
     for k, v in report.stats.items():

@@ -64,11 +64,16 @@ class ContextLLM:
         s.model_s += time.perf_counter() - t0
         return res.text
 
-    def choose(self, prompt: str, options: list[str], per_token: bool = False) -> int:
+    def scores(self, prompt: str, options: list[str], per_token: bool = False) -> list[float]:
+        """Log-probability of each option after the prompt (per_token: divided by its length)."""
         t0 = time.perf_counter()
         scores = self.ctx.score(prompt, options, self.plan, per_token=per_token)
         self.stats.calls += 1
         self.stats.model_s += time.perf_counter() - t0
+        return scores
+
+    def choose(self, prompt: str, options: list[str], per_token: bool = False) -> int:
+        scores = self.scores(prompt, options, per_token=per_token)
         return max(range(len(options)), key=scores.__getitem__)
 
 

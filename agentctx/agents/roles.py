@@ -160,10 +160,12 @@ class RiskAssessor(Agent):
         quote = clause.citation.quote if clause.citation else clause.quote
         plan = self.plan(ctx, quote or clause.kind)
         body = risk_prompt(clause.kind.replace("_", " "), quote)
+        probs: dict[str, dict[str, float]] = {}
         fields = fill_fields(self.llm(ctx, plan), self.prompt(body), RiskFields,
                              max_chars={"rationale": 240, "recommendation": 240},
-                             max_attempts=self.spec.max_attempts)
-        return RiskFinding(**fields.model_dump(), clause_kind=clause.kind, citation=clause.citation)
+                             max_attempts=self.spec.max_attempts, choice_probs=probs)
+        return RiskFinding(**fields.model_dump(), clause_kind=clause.kind, citation=clause.citation,
+                           severity_probs=probs.get("severity", {}))
 
 
 @register_role

@@ -67,6 +67,10 @@ def test_many_agents_one_prefill_and_references_released(runtime):
             c = o["citation"]
             assert DOC[c["char_start"]:c["char_end"]] == c["quote"]
     assert len(result.outputs("risks")) == sum(o["present"] for o in outs)
+    for r in result.outputs("risks"):  # the severity is the most probable of the three options
+        probs = r["severity_probs"]
+        assert set(probs) == {"low", "medium", "high"} and abs(sum(probs.values()) - 1) < 1e-3
+        assert probs[r["severity"]] == max(probs.values())
     assert runtime.client.info()["prefills"] == 1  # eight agents, still one prefill
     # only the test's own Context still holds the context
     assert list(runtime.store.holders(ctx.context_id)) == [ctx.handle.holder_id]

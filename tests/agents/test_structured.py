@@ -8,7 +8,7 @@ from agentctx.structured import StructuredOutputError, fill_fields, generate_jso
 
 
 class Scripted:
-    """Plays back completions; choose() picks the option containing `prefer`."""
+    """Plays back completions; scores() favours the option containing `prefer` (by e^3 over each other)."""
 
     def __init__(self, completions, prefer="medium"):
         self.completions = list(completions)
@@ -19,9 +19,9 @@ class Scripted:
         self.prompts.append(prompt)
         return self.completions.pop(0)
 
-    def choose(self, prompt, options):
+    def scores(self, prompt, options):
         self.prompts.append(prompt)
-        return next(i for i, o in enumerate(options) if self.prefer in o)
+        return [-1.0 if self.prefer in o else -4.0 for o in options]
 
 
 def test_fill_fields_builds_valid_json_and_feeds_earlier_fields():
@@ -30,6 +30,16 @@ def test_fill_fields_builds_valid_json_and_feeds_earlier_fields():
     assert out.severity == "medium" and out.rationale == 'Uncapped "liability" exposure'
     # later prompts carry the earlier fields as escaped JSON
     assert '"severity": "medium"' in llm.prompts[-1] and '\\"liability\\"' in llm.prompts[-1]
+
+
+def test_fill_fields_reports_each_choice_options_probabilities():
+    probs = {}
+    out = fill_fields(Scripted(["r", "c"], prefer="high"), "P:", RiskFields, choice_probs=probs)
+    assert out.severity == "high" and set(probs) == {"severity"}
+    p = probs["severity"]
+    assert list(p) == ["low", "medium", "high"] and abs(sum(p.values()) - 1) < 1e-3
+    e3 = 2.718281828 ** 3
+    assert abs(p["high"] - e3 / (e3 + 2)) < 1e-3 and p["low"] == p["medium"]
 
 
 def test_fill_fields_numbers_retry_then_fail():
