@@ -833,13 +833,13 @@ class ModelBench:
 
     def _line(self, peer: str, s: dict) -> str:
         fl = s.get("floors", {})
-        dt = s.get("decode_tok_s")
+        dt = s.get("decode_tok_s")  # None or 0 when every answer ended at its first token
         k = s.get("kernel") or {}
         kern = (f", attn kernel {k['device_s'] * 1e6:.0f}us/tok (floor {fl.get('decode_attn_s', 0) * 1e6:.0f}us)"
                 if k.get("device_s") else "")
         ag = s.get("agreement_vs_dense") or {}
         return (f"{self.name}: {peer:>13s} TTFT p50 {s['ttft_p50_s'] * 1e3:8.1f} ms (floor {fl.get('ttft_s', 0) * 1e3:.2f}), "
-                f"decode {dt or 0:7.1f} tok/s, session {s['session_s']:.1f}s, util {s['utilization']:.3f}, "
+                f"decode {f'{dt:7.1f}' if dt else '      -'} tok/s, session {s['session_s']:.1f}s, util {s['utilization']:.3f}, "
                 f"peak {_f(s.get('peak_gib'))} GiB{kern}"
                 + (f", agree {ag['identical']:.2f}" if ag.get("identical") is not None else ""))
 
