@@ -45,9 +45,9 @@ def _pick(llm: LLM, prompt: str, options: list[str], labels: list[str], name: st
     s = llm.scores(prompt, options)
     k = max(range(len(options)), key=s.__getitem__)
     if choice_probs is not None:
-        top = s[k]
-        w = [math.exp(x - top) for x in s]
-        choice_probs[name] = {lab: round(x / sum(w), 4) for lab, x in zip(labels, w)}
+        w = [math.exp(x - s[k]) for x in s]  # shifted by the best score: no overflow
+        total = sum(w)
+        choice_probs[name] = {lab: round(x / total, 4) for lab, x in zip(labels, w, strict=True)}
     return k
 
 

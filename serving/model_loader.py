@@ -199,7 +199,8 @@ def resolve_model_dir(model: str | os.PathLike | None, tokenizer: str | os.PathL
     if not path.exists():
         raise ModelLoadError(f"model path {str(path)!r} does not exist (agentctx never downloads models)")
     if path.is_file() and path.suffix.lower() == ".gguf":
-        path = _gguf_dir(path, Path(tokenizer).expanduser() if tokenizer else None)  # then checked like any checkpoint dir: the family must be supported
+        # Then checked like any checkpoint dir: the family must be supported.
+        path = _gguf_dir(path, Path(tokenizer).expanduser() if tokenizer else None)
     if not path.is_dir() or not (path / "config.json").exists():
         raise ModelLoadError(f"model path {str(path)!r} is not a Hugging Face checkpoint dir (no config.json) "
                              "or a .gguf file")
@@ -230,9 +231,9 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    tok = load_tokenizer_dir(Path(tokenizer)) if tokenizer else None  # a bad dir fails before any conversion
     path = resolve_model_dir(model, tokenizer)
     device = device or settings.device()
-    tok = load_tokenizer_dir(Path(tokenizer)) if tokenizer else None
     try:
         if tok is None:
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
