@@ -21,14 +21,20 @@ def cache(tmp_path, monkeypatch):
     return d
 
 
-def test_a_gguf_path_loads_its_converted_dir_under_the_recorded_model_id(cache, tmp_path):
+def _finished_conversion(cache, tmp_path, content: bytes):
+    """A stand-in .gguf file and its cache dir as a finished conversion leaves it (no 50 s
+    dequantisation in the default suite): (gguf path, converted dir, sha256)."""
     gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF not really, but its sha256 keys the cache")
-    sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
-    # As a finished conversion leaves it (no 50 s dequantisation in the default suite).
+    gguf.write_bytes(content)
+    sha = hashlib.sha256(content).hexdigest()
     done = cache / "models" / f"gguf-{sha[:16]}"
     shutil.copytree(make_tiny_checkpoint("gemma3_text", tmp_path / "tiny"), done)
     (done / "agentctx_converted.json").write_text(json.dumps({"sha256": sha, "model_id": f"gguf:{sha[:16]}"}))
+    return gguf, done, sha
+
+
+def test_a_gguf_path_loads_its_converted_dir_under_the_recorded_model_id(cache, tmp_path):
+    gguf, done, sha = _finished_conversion(cache, tmp_path, b"GGUF not really, but its sha256 keys the cache")
     loaded = load_model(gguf)
     assert loaded.path == done and loaded.model_id == f"gguf:{sha[:16]}"
     # Markers written before model_id was recorded belong to the embedded model.
@@ -148,12 +154,7 @@ def test_a_tokenizer_that_is_not_the_models_is_refused(tmp_path):
 
 
 def test_a_bad_tokenizer_dir_leaves_a_finished_conversion_alone(cache, tmp_path):
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF stand-in")
-    sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
-    done = cache / "models" / f"gguf-{sha[:16]}"
-    shutil.copytree(make_tiny_checkpoint("gemma3_text", tmp_path / "tiny"), done)
-    (done / "agentctx_converted.json").write_text(json.dumps({"sha256": sha, "model_id": f"gguf:{sha[:16]}"}))
+    gguf, done, _ = _finished_conversion(cache, tmp_path, b"GGUF stand-in")
     before = sorted(p.name for p in done.iterdir())
     with pytest.raises(ModelLoadError, match="not a directory"):
         load_model(gguf, tokenizer=tmp_path / "nope")
