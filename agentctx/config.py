@@ -1,7 +1,7 @@
 """User-facing configuration (pydantic: anything a user writes is validated here).
 
 Loaded from YAML (``agentctx --config FILE``) or built in Python. Units are in the
-field names. Environment settings (``agentctx.settings``) provide the defaults.
+field names. Environment settings (``agentctx.common.settings``) provide the defaults.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentctx import settings
-from retrieval.policy import SelectionPolicy
+from agentctx.common import settings
+from agentctx.retrieval.policy import SelectionPolicy
 
 __all__ = ["AgentctxConfig", "ModelConfig", "StoreConfig", "ServeConfig", "load_config"]
 

@@ -11,8 +11,8 @@ import bisect
 import logging
 from dataclasses import dataclass
 
-from retrieval.policy import AttendPlan, SelectionPolicy
-from serving.types import GenerateRequest, GenerateResult, ScoreRequest
+from agentctx.retrieval.policy import AttendPlan, SelectionPolicy
+from agentctx.serving.types import GenerateRequest, GenerateResult, ScoreRequest
 
 __all__ = ["Context", "ContextInfo"]
 
@@ -91,7 +91,7 @@ class Context:
 
     def pages_plan(self, pages: list[int], policy: SelectionPolicy | None = None) -> AttendPlan:
         """A plan over given pages (e.g. one section) plus the policy's sink and recent pages."""
-        from retrieval.policy import plan_from_ranking
+        from agentctx.retrieval.policy import plan_from_ranking
 
         policy = (policy or self.policy).model_copy(update={"top_k_pages": len(pages), "budget_fraction": None,
                                                              "budget_tokens": None, "neighbor_pages": 0})

@@ -13,9 +13,9 @@ import json
 import logging
 import threading
 
-from retrieval.document import DocumentIndex
-from retrieval.embedding import Embedder
-from retrieval.policy import AttendPlan, SelectionPolicy, plan
+from agentctx.retrieval.document import DocumentIndex
+from agentctx.retrieval.embedding import Embedder
+from agentctx.retrieval.policy import AttendPlan, SelectionPolicy, plan
 
 __all__ = ["RetrievalService", "DOC_BLOB", "encode_doc_blob", "decode_doc_blob"]
 

@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from agentctx import settings
+from agentctx.common import settings
 from agentctx.config import AgentctxConfig
 from agentctx.context import Context
 from agentctx.retrieval_service import DOC_BLOB, RetrievalService, encode_doc_blob
@@ -67,8 +67,8 @@ class Runtime:
         import ray
 
         from agentctx.kv_store import KVStore
-        from serving.client import ServeReplicaClient
-        from serving.deployments import deploy_replicas
+        from agentctx.serving.client import ServeReplicaClient
+        from agentctx.serving.deployments import deploy_replicas
 
         config = config or AgentctxConfig()
         owns_ray = False

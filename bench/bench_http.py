@@ -126,7 +126,7 @@ def phase_http(text: str, per_client: int, concurrency: list[int]) -> dict:
     import ray
 
     from agentctx.config import AgentctxConfig
-    from serving.http_app import start_http, stop_http
+    from agentctx.entrypoints.http.app import start_http, stop_http
 
     redis_proc, redis_url = start_redis()
     cfg = AgentctxConfig.model_validate({
@@ -166,8 +166,8 @@ def phase_http(text: str, per_client: int, concurrency: list[int]) -> dict:
 
 
 def phase_local(text: str, plans: list[list[int]], n: int) -> dict:
-    from serving.engine import LocalEngine
-    from serving.types import GenerateRequest
+    from agentctx.serving.engine import LocalEngine
+    from agentctx.serving.types import GenerateRequest
 
     eng = LocalEngine(None)
     doc = eng.tokenize_document(text)

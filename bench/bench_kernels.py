@@ -47,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
-from kernels import attend_selected  # noqa: E402
-from kernels.triton_attend import TritonConfig, choose_config, triton_attend_selected  # noqa: E402
+from agentctx.kernels import attend_selected  # noqa: E402
+from agentctx.kernels.triton_attend import TritonConfig, choose_config, triton_attend_selected  # noqa: E402
 
 SHAPES = {
     "gemma3-270m": dict(Hq=4, Hkv=1, D=256),

@@ -60,7 +60,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def run_size(n_tokens: int, args: argparse.Namespace, tok: Any, cache_root: Path) -> dict[str, Any]:
     from bench.contracts import generate_contract
-    from retrieval import DocumentIndex, Embedder, SelectionPolicy, plan
+    from agentctx.retrieval import DocumentIndex, Embedder, SelectionPolicy, plan
 
     n_needles = args.needles or DEFAULT_NEEDLES.get(n_tokens, max(10, n_tokens // 1280))
     load_before = os.getloadavg()[0]  # the host may be shared; latency means little without it

@@ -220,10 +220,10 @@ def build_model(name: str, device: torch.device, seed: int, weights: str | None 
     """Returns (LoadedModel, info dict). ``weights``: for real-gemma, a checkpoint dir or a .gguf
     file to load instead of the embedded model (how real weights reach a machine without them);
     ``tokenizer``: a dir whose tokenizer replaces theirs."""
-    from serving.model_loader import LoadedModel
+    from agentctx.serving.model_loader import LoadedModel
 
     if name == "real-gemma":
-        from serving.model_loader import load_model
+        from agentctx.serving.model_loader import load_model
 
         dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
         loaded = load_model(weights, dtype=dtype, device=str(device), tokenizer=tokenizer)
@@ -430,7 +430,7 @@ def _fit_time(points: list[tuple[int, float]], shape: physics.ModelShape, rates,
 class ModelBench:
     def __init__(self, name: str, sizes: list[int], args, device: torch.device, rates, clock: Clock):
         self.name, self.sizes, self.args, self.device, self.rates, self.clock = name, sizes, args, device, rates, clock
-        from serving.model_runner import ModelRunner
+        from agentctx.serving.model_runner import ModelRunner
 
         t0 = time.perf_counter()
         self.loaded, self.info = build_model(name, device, args.seed, args.weights, args.tokenizer)
@@ -488,7 +488,7 @@ class ModelBench:
             import faiss  # noqa: F401
             import sentence_transformers  # noqa: F401
 
-            import retrieval  # noqa: F401
+            import agentctx.retrieval as retrieval  # noqa: F401
         except Exception:  # noqa: BLE001
             return False
         return True
@@ -846,7 +846,7 @@ class ModelBench:
     # ------------------------------------------------------------------ capacity
     def probe_capacity(self) -> dict:
         """Allocate a document's KV pages (no prefill) at doubling sizes until OOM (CUDA only)."""
-        from serving.paged_kv import DocKV
+        from agentctx.serving.paged_kv import DocKV
 
         out: dict[str, Any] = {}
         dev = self.device

@@ -62,9 +62,9 @@ import torch.multiprocessing as mp  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kernels import attend_selected  # noqa: E402
-from serving.sharded_attention import KVShard  # noqa: E402
-from serving.sharding import WorkerInfo, kv_page_bytes, plan_placement, topology_costs  # noqa: E402
+from agentctx.kernels import attend_selected  # noqa: E402
+from agentctx.serving.sharded_attention import KVShard  # noqa: E402
+from agentctx.serving.sharding import WorkerInfo, kv_page_bytes, plan_placement, topology_costs  # noqa: E402
 
 GiB = 1 << 30
 LLAMA8B = dict(layers=32, Hq=32, Hkv=8, D=128)

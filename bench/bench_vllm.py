@@ -68,9 +68,9 @@ def main() -> int:
 
     from bench.contracts import generate_contract
     from bench.peers import RetrievalSelector
-    from serving.engine import LocalEngine
-    from serving.types import GenerateRequest
-    from serving.vllm_engine import VLLMEngine
+    from agentctx.serving.engine import LocalEngine
+    from agentctx.serving.types import GenerateRequest
+    from agentctx.serving.vllm_engine import VLLMEngine
 
     torch.set_num_threads(os.cpu_count() or 1)
     sizes = [int(x) for x in args.tokens.split(",") if x]

@@ -57,9 +57,9 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
     from bench.contracts import generate_contract
-    from serving.engine import LocalEngine
-    from serving.model_loader import load_model
-    from serving.types import GenerateRequest
+    from agentctx.serving.engine import LocalEngine
+    from agentctx.serving.model_loader import load_model
+    from agentctx.serving.types import GenerateRequest
 
     loaded = load_model(args.model)
     engines = {"alone": LocalEngine(loaded, decode_batch=1),

@@ -20,7 +20,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from bench.bench_kernels import SHAPES, make_pool, select_pages, time_ms  # noqa: E402
-from kernels import triton_attend as ta  # noqa: E402
+from agentctx.kernels import triton_attend as ta  # noqa: E402
 
 CASES = [("gemma3-270m", 32768, 0.05), ("gemma3-270m", 131072, 0.12), ("llama3-8b", 32768, 0.12),
          ("llama3-8b", 131072, 0.12)]

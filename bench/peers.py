@@ -186,7 +186,7 @@ class RetrievalSelector:
     label = RETRIEVAL_LABEL
 
     def __init__(self, text: str, offsets, page_size: int, sink_pages: int = 1, recent_tokens: int = 256):
-        import retrieval  # noqa: F401 - lazy: heavy deps
+        import agentctx.retrieval as retrieval  # noqa: F401 - lazy: heavy deps
 
         t0 = time.perf_counter()
         self.index = retrieval.DocumentIndex(text, offsets, page_size=page_size)
@@ -196,7 +196,7 @@ class RetrievalSelector:
         self.recent_tokens = recent_tokens
 
     def select(self, question: str, fraction: float) -> tuple[list[int], int]:
-        import retrieval
+        import agentctx.retrieval as retrieval
 
         n_pages, last = self.index.num_pages, self.index.last_page_len
         n_tokens = (n_pages - 1) * self.page_size + last
@@ -231,7 +231,7 @@ class AttentionTimer:
         self._orig = None
 
     def __enter__(self) -> "AttentionTimer":
-        import serving.model_runner as mr
+        import agentctx.serving.model_runner as mr
 
         self._mod, self._orig = mr, mr.attend_selected
         orig = self._orig
@@ -383,7 +383,7 @@ def kernel_decode_attention(runner, doc, pages: list[int] | None, reps: int = 20
     fails the eager loop time (events) is reported instead. Both are returned
     when available.
     """
-    from kernels import attend_selected
+    from agentctx.kernels import attend_selected
 
     device = runner.device
     layers = runner.layout.global_layers

@@ -55,16 +55,16 @@ def main() -> int:
     ref_max = args.ref_max if args.ref_max is not None else (32768 if cuda else 8192)
     sizes = [_size(s) for s in args.tokens.split(",")]
 
-    import kernels.positional as kp
-    import serving.model_runner as mr
-    from kernels import tail_merge
+    import agentctx.kernels.positional as kp
+    import agentctx.serving.model_runner as mr
+    from agentctx.kernels import tail_merge
 
     if args.model and not Path(args.model).exists():
         from bench.bench_session import build_model
 
         loaded, info = build_model(args.model, dev, seed=0)
     else:
-        from serving.model_loader import load_model
+        from agentctx.serving.model_loader import load_model
 
         loaded = load_model(args.model, device=str(dev), dtype=torch.bfloat16 if cuda else torch.float32)
         info = {"weights": "real"}

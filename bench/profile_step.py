@@ -33,8 +33,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from bench.bench_session import build_model
-    from kernels import tail_merge
-    from serving.model_runner import ModelRunner
+    from agentctx.kernels import tail_merge
+    from agentctx.serving.model_runner import ModelRunner
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loaded, info = build_model(args.model, dev, seed=0)

@@ -60,7 +60,7 @@ SAMPLE_PAGES = (0, 1, 2)
 
 def sample_engine(model: str | None):
     """A LocalEngine with the bundled sample contract prefilled as context "sample"."""
-    from serving.engine import LocalEngine
+    from agentctx.serving.engine import LocalEngine
 
     engine = LocalEngine(model)
     text = (Path(__file__).resolve().parents[1] / "agentctx/samples/sample_contract.txt").read_text()
@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from serving.types import ScoreRequest
+    from agentctx.serving.types import ScoreRequest
 
     engine = sample_engine(args.model)
     pages = SAMPLE_PAGES

@@ -72,13 +72,13 @@ class _EngineLLM:
         self.engine, self.cid, self.pages = engine, context_id, pages
 
     def complete(self, prompt: str, *, max_new_tokens: int, stop: tuple[str, ...]) -> str:
-        from serving.types import GenerateRequest
+        from agentctx.serving.types import GenerateRequest
 
         return self.engine.generate(GenerateRequest(self.cid, prompt, self.pages, max_new_tokens=max_new_tokens,
                                                     stop=stop)).text
 
     def scores(self, prompt: str, options: list[str]) -> list[float]:
-        from serving.types import ScoreRequest
+        from agentctx.serving.types import ScoreRequest
 
         return self.engine.score(ScoreRequest(self.cid, prompt, tuple(options), self.pages))
 

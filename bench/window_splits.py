@@ -67,8 +67,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("window_splits.py needs a CUDA GPU", file=sys.stderr)
         return 2
-    from kernels.tail_merge import attend_window_reference
-    from kernels.triton_tail import launch_splits, triton_window
+    from agentctx.kernels.tail_merge import attend_window_reference
+    from agentctx.kernels.triton_tail import launch_splits, triton_window
 
     bw = _copy_bandwidth()
     g = torch.Generator(device="cuda").manual_seed(0)

@@ -10,29 +10,32 @@ Public API:
 Triton and flash-attn are optional and imported only when used.
 """
 
-import importlib.util
+import sys as _sys
 
-from .attend_selected import attend_selected
-from .merge import merge_attention, merge_many
-from .reference import attend_selected_reference, dense_attention_reference
+if __name__ == "kernels":  # pragma: no cover - exercised in a subprocess by tests/test_namespace.py
+    # This folder is `agentctx.kernels`. It is found under the bare name `kernels` only when the
+    # checkout's root is on sys.path: `python -m`/`python -c` from the root, or a Ray worker (Ray
+    # puts the driver's working directory first on every worker's sys.path). That name belongs to
+    # Hugging Face's `kernels` distribution, which transformers >= 5.25 imports: hand it over.
+    # The import system returns what sys.modules holds once this body has run.
+    import importlib.machinery as _machinery
+    import importlib.util as _util
+    from pathlib import Path as _Path
 
-
-def __getattr__(name: str):
-    # Our import name `kernels` is also the import name of Hugging Face's `kernels` distribution,
-    # which transformers >= 5.25 requires and imports (`from kernels import CUDAProperties, ...`).
-    # With this repository on sys.path ours wins, and without this hook transformers would fail
-    # with a bare "cannot import name". Say what happened and how to fix it instead.
-    # `from kernels import triton_attend` asks here first for a submodule not yet imported;
-    # an AttributeError lets the import system go on and load it.
-    if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        raise AttributeError(name)
-    raise ImportError(
-        f"`kernels.{name}` was asked for, but `kernels` here is agentctx's attention-kernel package "
-        f"({__file__}), not Hugging Face's `kernels` distribution. transformers >= 5.25 imports "
-        "the latter; agentctx pins transformers < 5.25 (pyproject.toml, scripts/constraints.txt). "
-        "Reinstall with `bash scripts/setup.sh`, or `pip install 'transformers>=5.17,<5.25'`."
-    )
-
+    _root = _Path(__file__).resolve().parents[1]
+    _path = [p for p in _sys.path if _Path(p or ".").resolve() != _root]
+    _spec = _machinery.PathFinder.find_spec("kernels", _path)
+    if _spec is None:
+        del _sys.modules["kernels"]
+        raise ModuleNotFoundError("No module named 'kernels' (this checkout's kernels/ is agentctx.kernels)",
+                                  name="kernels")
+    _module = _util.module_from_spec(_spec)
+    _sys.modules["kernels"] = _module
+    _spec.loader.exec_module(_module)
+else:
+    from .attend_selected import attend_selected
+    from .merge import merge_attention, merge_many
+    from .reference import attend_selected_reference, dense_attention_reference
 
 __all__ = [
     "attend_selected",

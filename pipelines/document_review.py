@@ -20,10 +20,10 @@ from pydantic import BaseModel, Field
 
 from agentctx.agents import CLAUSE_KINDS, AgentSpec
 from agentctx.findings import ClauseFinding, RiskFinding, SectionSummary
-from pipelines.dsl import Pipeline, PipelineSpec
-from pipelines.report_html import render_html
-from pipelines.runner import PipelineResult, PipelineRunner
-from retrieval.policy import SelectionPolicy
+from agentctx.pipelines.dsl import Pipeline, PipelineSpec
+from agentctx.pipelines.report_html import render_html
+from agentctx.pipelines.runner import PipelineResult, PipelineRunner
+from agentctx.retrieval.policy import SelectionPolicy
 
 __all__ = ["review_pipeline", "ReviewReport", "run_review", "build_report"]
 

@@ -6,7 +6,7 @@ import html
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pipelines.document_review import ReviewReport
+    from agentctx.pipelines.document_review import ReviewReport
 
 __all__ = ["render_html"]
 

@@ -18,7 +18,7 @@ from typing import Any
 import ray
 from tqdm.auto import tqdm
 
-from pipelines.dsl import PipelineSpec, StepSpec
+from agentctx.pipelines.dsl import PipelineSpec, StepSpec
 
 __all__ = ["PipelineRunner", "PipelineResult", "StepResult", "PipelineError"]
 

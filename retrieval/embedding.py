@@ -83,7 +83,7 @@ class Embedder:
 
     Args:
         cache_dir: root of the embedding cache; ``None`` uses
-            ``agentctx.settings.cache_dir()``; ``False`` disables the disk cache.
+            ``agentctx.common.settings.cache_dir()``; ``False`` disables the disk cache.
         batch_size: texts per forward pass.
         device: torch device for the model (``"cpu"`` by default; retrieval is
             cheap next to the LLM and should not compete for its GPU memory).
@@ -121,7 +121,7 @@ class Embedder:
             self._cache_root: Path | None = None
         else:
             if cache_dir is None or cache_dir is True:
-                from agentctx import settings
+                from agentctx.common import settings
 
                 cache_dir = settings.cache_dir()
             slug = self.model_name.replace("/", "__")

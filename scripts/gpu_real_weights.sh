@@ -24,7 +24,7 @@ for i, part in enumerate(pkg.chunk_paths()):
 PY
     .venv/bin/python -m pip download -q --no-deps --only-binary=:all: -d .carry/whl gguf==0.19.0
     mkdir -p .carry/tok
-    conv=$(.venv/bin/python -c "from serving.model_loader import resolve_model_dir; print(resolve_model_dir(None))")
+    conv=$(.venv/bin/python -c "from agentctx.serving.model_loader import resolve_model_dir; print(resolve_model_dir(None))")
     tar czf .carry/tok/tokenizer.tgz -C "$conv" $(cd "$conv" && ls tokenizer* special_tokens_map.json chat_template* 2>/dev/null)
     ls -la .carry/tok
     ls -la .carry/gguf .carry/whl ;;

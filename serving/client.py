@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
+from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ReplicaAPI", "LocalReplicaClient", "ServeReplicaClient"]
 

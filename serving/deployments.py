@@ -9,7 +9,7 @@ import threading
 from ray import serve
 
 from agentctx.config import AgentctxConfig
-from serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
+from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ModelReplicaDeployment", "replica_app", "deploy_replicas", "deployment_options", "REPLICA_APP",
            "StreamCancelled"]
@@ -28,7 +28,7 @@ class ModelReplicaDeployment:
 
     def __init__(self, config: dict):
         from agentctx.kv_store import KVStore
-        from serving.replica import ModelReplica
+        from agentctx.serving.replica import ModelReplica
 
         cfg = AgentctxConfig.model_validate(config)
         _set_cpu_threads(cfg)
@@ -163,7 +163,7 @@ def _set_cpu_threads(cfg: AgentctxConfig) -> None:
 
     import torch
 
-    from agentctx import settings
+    from agentctx.common import settings
 
     if cfg.serve.num_gpus_per_replica > 0 or (cfg.model.device or "cpu").startswith("cuda"):
         return

@@ -18,14 +18,14 @@ from contextlib import nullcontext
 
 import torch
 
-from kernels.tail_merge import first_call_results
-from serving.model_loader import LoadedModel, load_model
-from serving.copy_constraint import CopyConstraint
-from serving.decode_batcher import DecodeBatcher
-from serving.model_runner import DecodeItem, ModelRunner
-from serving.paged_kv import DocKV
-from serving.tokenize import tokenize_document
-from serving.types import EmptyInputError, GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
+from agentctx.kernels.tail_merge import first_call_results
+from agentctx.serving.model_loader import LoadedModel, load_model
+from agentctx.serving.copy_constraint import CopyConstraint
+from agentctx.serving.decode_batcher import DecodeBatcher
+from agentctx.serving.model_runner import DecodeItem, ModelRunner
+from agentctx.serving.paged_kv import DocKV
+from agentctx.serving.tokenize import tokenize_document
+from agentctx.serving.types import EmptyInputError, GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["Engine", "LocalEngine", "ContextNotLoadedError", "PageLoader"]
 

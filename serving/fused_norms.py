@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernels.rmsnorm import STYLES, rms_norm, rms_norm_reference
-from serving.fusion_switch import FusionSwitch
+from agentctx.kernels.rmsnorm import STYLES, rms_norm, rms_norm_reference
+from agentctx.serving.fusion_switch import FusionSwitch
 
 __all__ = ["FusedNorms", "install_norms", "norms_active"]
 
@@ -101,7 +101,7 @@ def install_norms(model: torch.nn.Module, impl: str = "triton") -> FusedNorms:
 def _wrap(module, style: str, eps: float, impl: str) -> None:
     own_forward = module.forward
     if impl == "triton":
-        from kernels.triton_rmsnorm import triton_rms_norm
+        from agentctx.kernels.triton_rmsnorm import triton_rms_norm
 
         offset = style == "offset"
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernels.rope import apply_rope, apply_rope_reference, rope_inputs_problem
-from serving.fusion_switch import FusionSwitch
+from agentctx.kernels.rope import apply_rope, apply_rope_reference, rope_inputs_problem
+from agentctx.serving.fusion_switch import FusionSwitch
 
 __all__ = ["FusedRope", "install_rope", "rope_active"]
 
@@ -146,8 +146,8 @@ def _patch(py_module, impl: str) -> None:
 
 def _wrapper(original, impl: str):
     if impl == "triton":
-        from kernels.triton_attend import INTERPRET
-        from kernels.triton_rope import triton_rope as fused
+        from agentctx.kernels.triton_attend import INTERPRET
+        from agentctx.kernels.triton_rope import triton_rope as fused
 
         def on_kernel_device(q):
             return q.is_cuda or (INTERPRET and q.device.type == "cpu")

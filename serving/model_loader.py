@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from agentctx import settings
+from agentctx.common import settings
 
 __all__ = [
     "DEFAULT_MODEL",

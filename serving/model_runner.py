@@ -30,23 +30,23 @@ from tqdm.auto import tqdm
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
-from kernels import attend_selected, merge_attention
-from kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
-from kernels.tail_merge import attend_window
-from serving.fused_norms import FusedNorms, install_norms, norms_active
-from serving.fused_proj import FusedProj, install_proj, proj_active
-from serving.fused_rope import FusedRope, install_rope, rope_active
-from serving.model_loader import LoadedModel
-from serving.paged_kv import DocKV, LayerLayout, QueryTail
-from serving.static_query import (
+from agentctx.kernels import attend_selected, merge_attention
+from agentctx.kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
+from agentctx.kernels.tail_merge import attend_window
+from agentctx.serving.fused_norms import FusedNorms, install_norms, norms_active
+from agentctx.serving.fused_proj import FusedProj, install_proj, proj_active
+from agentctx.serving.fused_rope import FusedRope, install_rope, rope_active
+from agentctx.serving.model_loader import LoadedModel
+from agentctx.serving.paged_kv import DocKV, LayerLayout, QueryTail
+from agentctx.serving.static_query import (
     BUCKETS,
     QuerySlots,
     StaticStep,
     static_attention,
     table_width,
 )
-from serving.tokenize import stop_token_ids
-from serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
+from agentctx.serving.tokenize import stop_token_ids
+from agentctx.serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
 
 __all__ = ["ModelRunner", "DecodeItem", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES",
            "FUSED_NORMS", "FUSED_ROPE", "SLIDING_PREFILL"]

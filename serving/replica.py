@@ -21,9 +21,9 @@ import uuid
 import torch
 
 from agentctx.config import AgentctxConfig, ModelConfig
-from retrieval.chunking import page_char_spans
-from serving.engine import Engine, LocalEngine
-from serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
+from agentctx.retrieval.chunking import page_char_spans
+from agentctx.serving.engine import Engine, LocalEngine
+from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ModelReplica", "WINDOW_BLOB", "TOKENS_BLOB"]
 
@@ -36,7 +36,7 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 def build_engine(m: ModelConfig) -> Engine:
     """The engine a replica runs, from the model section of the config."""
     if m.engine == "vllm":
-        from serving.vllm_engine import VLLMEngine
+        from agentctx.serving.vllm_engine import VLLMEngine
 
         return VLLMEngine(m.path, page_size=m.page_size, max_context_tokens=m.max_context_tokens, dtype=m.dtype,
                           kv_cache_gib=m.vllm_kv_cache_gib, max_model_len=m.vllm_max_model_len,

@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from serving.sharded_attention import KVShard
-from serving.sharding import (
+from agentctx.serving.sharded_attention import KVShard
+from agentctx.serving.sharding import (
     ShardPlan,
     WorkerInfo,
     link_cost_matrix,

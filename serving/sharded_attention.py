@@ -44,8 +44,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from kernels import attend_selected, merge_many
-from kernels.positional import full_attention_lse
+from agentctx.kernels import attend_selected, merge_many
+from agentctx.kernels.positional import full_attention_lse
 
 __all__ = [
     "LocalSelection",

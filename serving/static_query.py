@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import attend_selected
-from kernels.tail_merge import attend_tail_merged, attend_window
-from serving.paged_kv import DocKV, QueryTail
+from agentctx.kernels import attend_selected
+from agentctx.kernels.tail_merge import attend_tail_merged, attend_window
+from agentctx.serving.paged_kv import DocKV, QueryTail
 
 __all__ = ["QuerySlots", "StaticStep", "TailBinding", "static_attention", "bucket_for", "table_width", "BUCKETS"]
 

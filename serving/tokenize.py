@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serving.types import DOC_PREFIX, EmptyInputError, TokenizedDoc
+from agentctx.serving.types import DOC_PREFIX, EmptyInputError, TokenizedDoc
 
 __all__ = ["tokenize_document", "stop_token_ids"]
 

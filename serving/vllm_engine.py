@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
-from serving.engine import Engine, PageLoader
-from serving.model_loader import DEFAULT_MODEL, ModelLoadError, resolve_model_dir
-from serving.prompt_mode import PromptPlan, assemble_prompt, copy_choices, page_marker_text, page_runs
-from serving.tokenize import stop_token_ids, tokenize_document
-from serving.types import (
+from agentctx.serving.engine import Engine, PageLoader
+from agentctx.serving.model_loader import DEFAULT_MODEL, ModelLoadError, resolve_model_dir
+from agentctx.serving.prompt_mode import PromptPlan, assemble_prompt, copy_choices, page_marker_text, page_runs
+from agentctx.serving.tokenize import stop_token_ids, tokenize_document
+from agentctx.serving.types import (
     ContextTooLongError,
     GenerateRequest,
     GenerateResult,

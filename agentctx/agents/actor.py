@@ -29,7 +29,7 @@ class AgentActor:
         from agentctx.agents import ROLES, AgentSpec
         from agentctx.context import Context
         from agentctx.kv_store import KVStore
-        from retrieval.policy import SelectionPolicy
+        from agentctx.retrieval.policy import SelectionPolicy
 
         self.spec = AgentSpec.model_validate(spec)
         if self.spec.role not in ROLES:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentctx.context import Context
-from retrieval.policy import AttendPlan, SelectionPolicy
+from agentctx.retrieval.policy import AttendPlan, SelectionPolicy
 
 __all__ = ["AgentSpec", "Agent", "ContextLLM", "ROLES", "register_role", "CallStats"]
 

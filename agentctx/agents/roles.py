@@ -17,7 +17,7 @@ from agentctx.citations import Citation, locate_quote
 from agentctx.context import Context
 from agentctx.findings import Answer, AnswerFields, ClauseFinding, RiskFields, RiskFinding, SectionSummary
 from agentctx.structured import fill_fields
-from retrieval.policy import AttendPlan
+from agentctx.retrieval.policy import AttendPlan
 
 __all__ = ["Summarizer", "ClauseExtractor", "RiskAssessor", "QuestionAnswerer", "cite"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentctx.agents.roles import _quote_source, clause_candidate_pages
-from retrieval.policy import SelectionPolicy, plan_from_ranking
+from agentctx.retrieval.policy import SelectionPolicy, plan_from_ranking
 
 
 def _plan(ranked, sink_pages=1, num_pages=40):

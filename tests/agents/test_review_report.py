@@ -1,8 +1,8 @@
 """The review report's notes: a warning when every risk got the same severity."""
 
 from agentctx.findings import RiskFinding
-from pipelines.document_review import ReviewReport, severity_note
-from pipelines.report_html import render_html
+from agentctx.pipelines.document_review import ReviewReport, severity_note
+from agentctx.pipelines.report_html import render_html
 
 
 def _risk(kind, severity, p):

@@ -30,7 +30,7 @@ def test_agentctx_serve_starts_answers_and_stops_on_ctrl_c(tmp_path, redis_url, 
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["AGENTCTX_TEST_KEY"] = key
     log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "agentctx.cli", "serve", "--config", str(path)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "agentctx.entrypoints.cli", "serve", "--config", str(path)], env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

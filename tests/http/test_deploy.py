@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from agentctx.config import AgentctxConfig, load_config
-from serving.auth import ApiKeyAuth
+from agentctx.entrypoints.auth import ApiKeyAuth
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -47,7 +47,7 @@ def test_serve_yaml_validates_and_builds(api_key_env, monkeypatch):
     raw = yaml.safe_load((DEPLOY / "serve.yaml").read_text())
     schema = ServeDeploySchema.model_validate(raw)
     (app,) = schema.applications
-    assert app.import_path == "serving.http_app:app_builder"
+    assert app.import_path == "agentctx.entrypoints.http.app:app_builder"
     assert {d.name for d in app.deployments} == {"HttpIngress", "ModelReplica"}
     assert (ROOT / app.args["config"]).is_file()
     monkeypatch.chdir(ROOT)  # serve run is started from the repository root
@@ -66,7 +66,7 @@ def test_kuberay_manifest_validates():
     assert svc["apiVersion"] == "ray.io/v1"
     serve_cfg = ServeDeploySchema.model_validate(yaml.safe_load(svc["spec"]["serveConfigV2"]))
     (app,) = serve_cfg.applications
-    assert app.import_path == "serving.http_app:app_builder"
+    assert app.import_path == "agentctx.entrypoints.http.app:app_builder"
     cfg = AgentctxConfig.model_validate(app.args["agentctx"])
     assert cfg.serve.num_gpus_per_replica == 1 and cfg.store.redis_url.startswith("redis://agentctx-redis")
     # Every env: key the config reads is provided by the Secret the pods load.
@@ -125,7 +125,7 @@ def test_serve_yaml_deploys_and_serves_healthz(ray_local, redis_url, tiny_ckpt):
         serve.shutdown()
         from agentctx.kv_store.store import ACTOR_NAME
         from agentctx.runtime import RETRIEVAL_ACTOR
-        from serving.http_app import JOBS_ACTOR
+        from agentctx.entrypoints.http.app import JOBS_ACTOR
 
         for name in (JOBS_ACTOR, RETRIEVAL_ACTOR, ACTOR_NAME):
             try:

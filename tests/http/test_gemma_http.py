@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentctx.cli import SAMPLE_CONTRACT
+from agentctx.entrypoints.cli import SAMPLE_CONTRACT
 from tests.http._stack import KEY_A, free_port, sse_events, start_stack, stop_stack
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.ray, pytest.mark.redis]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import dense_attention_reference
+from agentctx.kernels import dense_attention_reference
 
 __all__ = ["Case", "make_case", "dense_expected", "TOL", "assert_close_attention"]
 

@@ -20,7 +20,7 @@ def main() -> int:
     if os.environ.get("TRITON_INTERPRET") != "1":
         print("TRITON_INTERPRET=1 must be set", file=sys.stderr)
         return 2
-    from kernels import triton_attend, triton_rmsnorm, triton_tail  # noqa: F401  (decorated under the interpreter)
+    from agentctx.kernels import triton_attend, triton_rmsnorm, triton_tail  # noqa: F401  (decorated under the interpreter)
 
     from ._rmsnorm_cases import rmsnorm_cases, run_rmsnorm_case
     from ._tail_cases import run_tail_case, tail_cases

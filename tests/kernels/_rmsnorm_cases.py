@@ -34,7 +34,7 @@ def rmsnorm_cases() -> dict[str, dict]:
 
 def run_rmsnorm_case(spec: dict, device: str) -> None:
     """Run the Triton kernel and compare with the torch reference; raises on mismatch."""
-    from kernels.rmsnorm import rms_norm, rms_norm_reference
+    from agentctx.kernels.rmsnorm import rms_norm, rms_norm_reference
 
     dt = _DT[spec["dtype"]]
     wdt = _DT[spec.get("weight_dtype", spec["dtype"])]

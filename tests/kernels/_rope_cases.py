@@ -85,8 +85,8 @@ def make_rope_inputs(spec: dict, device: str) -> tuple[torch.Tensor, ...]:
 
 def run_rope_case(spec: dict, device: str) -> None:
     """Run the Triton kernel and compare with float64 RoPE; raises on mismatch."""
-    from kernels.rope import apply_rope, apply_rope_reference
-    from kernels.triton_rope import triton_rope
+    from agentctx.kernels.rope import apply_rope, apply_rope_reference
+    from agentctx.kernels.triton_rope import triton_rope
 
     dt = _DT[spec["dtype"]]
     q, k, cos, sin = make_rope_inputs(spec, device)
@@ -124,7 +124,7 @@ def main() -> int:
     if os.environ.get("TRITON_INTERPRET") != "1":
         print("TRITON_INTERPRET=1 must be set", file=sys.stderr)
         return 2
-    from kernels import triton_rope  # noqa: F401  (decorated under the interpreter)
+    from agentctx.kernels import triton_rope  # noqa: F401  (decorated under the interpreter)
 
     results = {}
     for name, spec in rope_cases(small=True).items():

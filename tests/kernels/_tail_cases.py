@@ -66,7 +66,7 @@ def tail_cases(small: bool = True) -> dict[str, dict]:
 
 
 def run_tail_case(spec: dict, device: str) -> None:
-    from kernels.tail_merge import (
+    from agentctx.kernels.tail_merge import (
         attend_tail_merged,
         attend_tail_merged_reference,
         attend_window,
@@ -90,7 +90,7 @@ def run_tail_case(spec: dict, device: str) -> None:
     scale = d**-0.5
     cap = spec.get("softcap")
     # The raw kernels: attend_* would answer a signature's first call from the torch path.
-    from kernels.triton_tail import triton_tail_merged, triton_window
+    from agentctx.kernels.triton_tail import triton_tail_merged, triton_window
 
     if "window" in spec:
         args = (q, tk, tv, slots, spec["offset"], spec["window"], scale, cap)

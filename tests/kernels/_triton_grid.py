@@ -76,8 +76,8 @@ def gpu_cases() -> dict[str, dict]:
 
 def run_case(spec: dict, device: str = "cpu") -> None:
     """Build the case, run the Triton path and compare with the dense reference; raises on mismatch."""
-    from kernels import attend_selected
-    from kernels.triton_attend import choose_config, triton_attend_selected
+    from agentctx.kernels import attend_selected
+    from agentctx.kernels.triton_attend import choose_config, triton_attend_selected
 
     spec = dict(spec)
     dtype = _DT[spec.pop("dtype")]
@@ -93,11 +93,11 @@ def run_case(spec: dict, device: str = "cpu") -> None:
     ref_out, ref_lse = dense_expected(case)
     dev = torch.device(device)
     args = [t.to(dev) for t in case.args()[:-1]] + [case.scale]
-    import kernels.triton_attend as ta
+    import agentctx.kernels.triton_attend as ta
 
     sm_count = ta._sm_count
     if narrow_merge:
-        from kernels.triton_attend import _merge_block_d
+        from agentctx.kernels.triton_attend import _merge_block_d
 
         ta._sm_count = lambda device: 4096
         assert _merge_block_d(spec["B"] * spec["Tq"] * spec["Hq"], 256, 4096) == 16

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import attend_selected, attend_selected_reference, dense_attention_reference
-from kernels.reference import attention_core
+from agentctx.kernels import attend_selected, attend_selected_reference, dense_attention_reference
+from agentctx.kernels.reference import attention_core
 
 from ._cases import TOL, assert_close_attention, dense_expected, make_case
 
@@ -121,7 +121,7 @@ def test_triton_impl_on_cpu_without_interpreter_is_a_clear_error():
 
 def test_reference_chunking_matches_unchunked(monkeypatch):
     """Long key sets are processed in chunks and LSE-merged; forcing tiny chunks changes nothing."""
-    import kernels.reference as ref_mod
+    import agentctx.kernels.reference as ref_mod
 
     case = make_case(B=2, Tq=3, Hq=4, Hkv=2, D=64, pages=[6, 4], seed=11)
     full = attend_selected_reference(*case.args())
@@ -265,5 +265,5 @@ def test_tolerance_table_covers_dtypes():
 
 
 def test_import_kernels_does_not_import_triton_or_flash():
-    code = "import sys, kernels; assert 'triton' not in sys.modules and 'flash_attn' not in sys.modules"
+    code = "import sys, agentctx.kernels; assert 'triton' not in sys.modules and 'flash_attn' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(Path(__file__).parents[2]))

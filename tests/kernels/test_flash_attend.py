@@ -7,8 +7,8 @@ import importlib.util
 import pytest
 import torch
 
-from kernels import attend_selected
-from kernels.flash_attend import flash_attend_selected, flash_available, flash_static_fit
+from agentctx.kernels import attend_selected
+from agentctx.kernels.flash_attend import flash_attend_selected, flash_available, flash_static_fit
 
 from ._cases import assert_close_attention, make_case
 

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from kernels import attend_selected, dense_attention_reference, merge_attention, merge_many
+from agentctx.kernels import attend_selected, dense_attention_reference, merge_attention, merge_many
 
 from ._cases import assert_close_attention, make_case
 

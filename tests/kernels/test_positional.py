@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from kernels.merge import merge_attention
-from kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
+from agentctx.kernels.merge import merge_attention
+from agentctx.kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
 
 
 def _dense(q, k, v, mask, scale):

@@ -12,7 +12,7 @@ from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
-from kernels.rmsnorm import rms_norm, rms_norm_reference
+from agentctx.kernels.rmsnorm import rms_norm, rms_norm_reference
 
 
 def _module(cls, d, dtype):

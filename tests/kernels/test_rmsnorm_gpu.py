@@ -17,7 +17,7 @@ def test_triton_rmsnorm_matches_reference(name):
 
 
 def test_triton_rmsnorm_is_capturable():
-    from kernels.rmsnorm import rms_norm, rms_norm_reference
+    from agentctx.kernels.rmsnorm import rms_norm, rms_norm_reference
 
     x = torch.randn(8, 640, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(640, device="cuda", dtype=torch.bfloat16)

@@ -22,7 +22,7 @@ from transformers.models.llama import modeling_llama
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
 
-from kernels.rope import apply_rope, apply_rope_reference
+from agentctx.kernels.rope import apply_rope, apply_rope_reference
 
 from ._rope_cases import make_rope_inputs, rope_cases
 
@@ -84,7 +84,7 @@ def test_bad_input_is_refused(args, impl, match):
 
 @pytest.mark.skipif(not _HAS_TRITON, reason="triton is not installed")
 def test_compiled_triton_refuses_cpu_tensors():
-    from kernels.triton_attend import INTERPRET
+    from agentctx.kernels.triton_attend import INTERPRET
 
     if INTERPRET:
         pytest.skip("TRITON_INTERPRET=1 in this process: CPU tensors are allowed")

@@ -18,7 +18,7 @@ def test_triton_rope_matches_float64(name):
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_triton_rope_is_capturable(dtype):
-    from kernels.rope import apply_rope, apply_rope_reference
+    from agentctx.kernels.rope import apply_rope, apply_rope_reference
 
     spec = dict(dtype=dtype, Hq=4, Hkv=1, D=256, B=1, T=7, seed=3)
     q, k, cos, sin = make_rope_inputs(spec, "cuda")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import dense_attention_reference
-from kernels.positional import full_attention_lse
-from kernels.tail_merge import attend_tail_merged
+from agentctx.kernels import dense_attention_reference
+from agentctx.kernels.positional import full_attention_lse
+from agentctx.kernels.tail_merge import attend_tail_merged
 
 
 @pytest.mark.parametrize("softcap", [None, 15.0])
@@ -73,8 +73,8 @@ def test_bad_impl_is_refused():
 @pytest.mark.parametrize("wt,window", [(16, 16), (5, 16), (16, 4)])
 def test_window_equals_positional_sliding_attention(wt, window):
     """attend_window's band over [doc window | tail] is the eager path's positional rule."""
-    from kernels.positional import masked_attention_lse
-    from kernels.tail_merge import attend_window
+    from agentctx.kernels.positional import masked_attention_lse
+    from agentctx.kernels.tail_merge import attend_window
 
     g = torch.Generator().manual_seed(wt + window)
     n_doc, c, base, tq, hq, hkv, d = 40, 24, 3, 6, 4, 2, 16
@@ -92,7 +92,7 @@ def test_window_equals_positional_sliding_attention(wt, window):
 
 @pytest.mark.parametrize("offset,window,match", [(-1, 4, "offset"), (99, 4, "offset"), (0, 0, "window")])
 def test_window_bad_input_is_refused(offset, window, match):
-    from kernels.tail_merge import attend_window
+    from agentctx.kernels.tail_merge import attend_window
 
     kw = _inputs()
     with pytest.raises(ValueError, match=match):
@@ -100,7 +100,7 @@ def test_window_bad_input_is_refused(offset, window, match):
 
 
 def test_first_call_check_falls_back_to_torch_on_a_wrong_or_failing_kernel(caplog):
-    from kernels import tail_merge as tm
+    from agentctx.kernels import tail_merge as tm
 
     want = torch.ones(3)
     calls = []
@@ -124,7 +124,7 @@ def test_first_call_check_falls_back_to_torch_on_a_wrong_or_failing_kernel(caplo
 
 
 def test_first_call_results_report_kernel_or_fallback():
-    from kernels import tail_merge as tm
+    from agentctx.kernels import tail_merge as tm
 
     good = ("window", "cuda:0", torch.bfloat16, 4, 1, 256, False, 16, 8)
     bad = ("tail_merged", "cuda:0", torch.float16, 8, 2, 128, False, 64, 1)
@@ -141,7 +141,7 @@ def test_first_call_results_report_kernel_or_fallback():
 
 
 def test_first_call_check_keeps_a_correct_kernel():
-    from kernels import tail_merge as tm
+    from agentctx.kernels import tail_merge as tm
 
     sig = ("test-good",)
     tm._checked.pop(sig, None)
@@ -163,6 +163,6 @@ def test_first_call_check_keeps_a_correct_kernel():
     ],
 )
 def test_window_split_rule(rows, hkv, window, block_n, n_sm, want):
-    from kernels.tail_merge import window_splits
+    from agentctx.kernels.tail_merge import window_splits
 
     assert window_splits(rows, hkv, window, block_n, n_sm) == want

@@ -75,7 +75,7 @@ SHAPES = [
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_attend_kernel_compiles_for_sm90(shape):
-    from kernels import triton_attend as ta
+    from agentctx.kernels import triton_attend as ta
 
     dt, Hq, Hkv, D, Tq, P, softcap, direct = shape
     cfg = ta.choose_config(1, Tq, Hq, Hkv, D, P, 64, torch.device("cpu"))
@@ -98,7 +98,7 @@ def test_attend_kernel_compiles_for_sm90(shape):
 
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_merge_kernel_compiles_for_sm90(D):
-    from kernels import triton_attend as ta
+    from agentctx.kernels import triton_attend as ta
 
     types = {n: "i32" for n in ta._merge_splits_kernel.arg_names}
     types.update(OP="*fp32", LSEP="*fp32", O="*bf16", LSE="*fp32")

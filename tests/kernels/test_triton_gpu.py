@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import attend_selected
+from agentctx.kernels import attend_selected
 
 from ._marks import GPU_TRITON
 from ._cases import assert_close_attention, make_case

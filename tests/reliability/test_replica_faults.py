@@ -81,7 +81,7 @@ def test_backpressure_gives_503_with_retry_after(stack, a, cid):
     """Serve's max_queued_requests exceeded on the model deployment -> 503 + Retry-After, JSON."""
     from ray import serve
 
-    from serving.deployments import REPLICA_APP, ModelReplicaDeployment, deployment_options
+    from agentctx.serving.deployments import REPLICA_APP, ModelReplicaDeployment, deployment_options
 
     opts = deployment_options(stack.cfg)
     tight = dict(opts, max_ongoing_requests=1, max_queued_requests=1)

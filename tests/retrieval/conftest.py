@@ -27,6 +27,6 @@ def embed_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def embedder(embed_cache):
-    from retrieval import Embedder
+    from agentctx.retrieval import Embedder
 
     return Embedder(cache_dir=embed_cache)

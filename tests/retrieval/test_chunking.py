@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.chunking import build_chunks, num_pages_for, page_char_spans
+from agentctx.retrieval.chunking import build_chunks, num_pages_for, page_char_spans
 
 
 def _check_cover(text, chunks, offsets, page_size):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.contracts import CLAUSE_TAXONOMY, generate_contract
-from retrieval import DocumentIndex, Embedder, SelectionPolicy, plan
+from agentctx.retrieval import DocumentIndex, Embedder, SelectionPolicy, plan
 
 
 @pytest.fixture(scope="module")

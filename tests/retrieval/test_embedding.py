@@ -5,7 +5,7 @@ import threading
 
 import numpy as np
 
-from retrieval import Embedder
+from agentctx.retrieval import Embedder
 
 
 def test_shapes_norms_and_similarity(embedder):

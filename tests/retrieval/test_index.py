@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from retrieval.hierarchical import HierarchicalIndex
-from retrieval.index import FaissFlatIndex, FaissHNSWIndex, make_index
+from agentctx.retrieval.hierarchical import HierarchicalIndex
+from agentctx.retrieval.index import FaissFlatIndex, FaissHNSWIndex, make_index
 
 
 def _unit(rng, n, d=32):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from retrieval.key_scorer import fuse_rankings, page_key_bounds, quest_scores, reciprocal_rank_fusion
+from agentctx.retrieval.key_scorer import fuse_rankings, page_key_bounds, quest_scores, reciprocal_rank_fusion
 
 
 def _true_max(q, k_pages):

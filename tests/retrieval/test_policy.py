@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from retrieval.hierarchical import RetrieveResult
-from retrieval.policy import AttendPlan, SelectionPolicy, plan, plan_from_ranking
+from agentctx.retrieval.hierarchical import RetrieveResult
+from agentctx.retrieval.policy import AttendPlan, SelectionPolicy, plan, plan_from_ranking
 
 
 class FakeRetriever:

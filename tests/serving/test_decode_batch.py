@@ -8,11 +8,11 @@ import threading
 import pytest
 import torch
 
-from serving.decode_batcher import DecodeBatcher
-from serving.engine import LocalEngine
-from serving.model_loader import load_model
-from serving.model_runner import DecodeItem, ModelRunner
-from serving.types import GenerateRequest
+from agentctx.serving.decode_batcher import DecodeBatcher
+from agentctx.serving.engine import LocalEngine
+from agentctx.serving.model_loader import load_model
+from agentctx.serving.model_runner import DecodeItem, ModelRunner
+from agentctx.serving.types import GenerateRequest
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 
 # fp32 on CPU: a batched matmul and a one-row matmul differ only by rounding.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serving.engine import ContextNotLoadedError, LocalEngine
-from serving.model_loader import load_model
-from serving.model_runner import EmptyInputError
-from serving.types import GenerateRequest, ScoreRequest
+from agentctx.serving.engine import ContextNotLoadedError, LocalEngine
+from agentctx.serving.model_loader import load_model
+from agentctx.serving.model_runner import EmptyInputError
+from agentctx.serving.types import GenerateRequest, ScoreRequest
 from tests.factories import make_tiny_checkpoint
 
 

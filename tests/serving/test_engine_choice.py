@@ -7,7 +7,7 @@ pytest.importorskip("pydantic", reason="config tests need the CPU install (the G
 from pydantic import ValidationError  # noqa: E402
 
 from agentctx.config import AgentctxConfig, ModelConfig  # noqa: E402
-from serving.vllm_engine import VLLMUnavailableError, vllm_available  # noqa: E402
+from agentctx.serving.vllm_engine import VLLMUnavailableError, vllm_available  # noqa: E402
 
 
 def test_engine_field_is_validated():
@@ -21,7 +21,7 @@ def test_engine_field_is_validated():
 
 @pytest.mark.skipif(vllm_available(), reason="vLLM is installed here; tests/vllm covers it")
 def test_vllm_engine_without_vllm_names_the_install_command():
-    from serving.replica import build_engine
+    from agentctx.serving.replica import build_engine
 
     with pytest.raises(VLLMUnavailableError, match="setup_vllm.sh"):
         build_engine(ModelConfig(engine="vllm"))

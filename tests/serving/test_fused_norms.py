@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from agentctx.config import ModelConfig
-from serving.fused_norms import install_norms, norms_active
-from serving.model_loader import load_model
-from serving.model_runner import ModelRunner
+from agentctx.serving.fused_norms import install_norms, norms_active
+from agentctx.serving.model_loader import load_model
+from agentctx.serving.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 
 _STYLE = {"llama": "scale", "qwen3": "scale", "gemma3_text": "offset"}
@@ -46,7 +46,7 @@ def test_fused_forward_runs_only_while_active(family_model, monkeypatch):
     _, loaded = family_model
     install_norms(loaded.model, impl="torch")
     calls = []
-    import kernels.rmsnorm as rmsnorm_mod
+    import agentctx.kernels.rmsnorm as rmsnorm_mod
 
     real = rmsnorm_mod.rms_norm_reference
     monkeypatch.setattr(rmsnorm_mod, "rms_norm_reference", lambda *a, **k: calls.append(1) or real(*a, **k))

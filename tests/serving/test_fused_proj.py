@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from serving.fused_proj import install_proj, proj_active
-from serving.model_loader import load_model
-from serving.model_runner import ModelRunner
+from agentctx.serving.fused_proj import install_proj, proj_active
+from agentctx.serving.model_loader import load_model
+from agentctx.serving.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 from tests.serving.runner_compare import assert_runners_agree
 

@@ -24,10 +24,10 @@ from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 from transformers.models.qwen3 import modeling_qwen3
 
-from serving.engine import LocalEngine
-from serving.fused_rope import install_rope, rope_active
-from serving.model_loader import load_model
-from serving.model_runner import ModelRunner
+from agentctx.serving.engine import LocalEngine
+from agentctx.serving.fused_rope import install_rope, rope_active
+from agentctx.serving.model_loader import load_model
+from agentctx.serving.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 from tests.serving.runner_compare import assert_runners_agree
 
@@ -89,7 +89,7 @@ def test_fused_rope_runs_only_while_active(family_checkpoint, monkeypatch):
         before = loaded.model(input_ids=ids).logits
     install_rope(loaded.model, impl="torch")
     calls = []
-    import kernels.rope as rope_mod
+    import agentctx.kernels.rope as rope_mod
 
     real = rope_mod.apply_rope_reference
     monkeypatch.setattr(rope_mod, "apply_rope_reference", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -107,7 +107,7 @@ def test_unexpected_calls_run_the_original(family_model, monkeypatch):
     family, loaded = family_model
     py_module = _PY_MODULE[family]
     install_rope(loaded.model, impl="torch")
-    import kernels.rope as rope_mod
+    import agentctx.kernels.rope as rope_mod
 
     monkeypatch.setattr(rope_mod, "apply_rope_reference", lambda *a, **k: pytest.fail("fused path taken"))
     g = torch.Generator().manual_seed(1)
@@ -228,9 +228,9 @@ def test_engine_describes_fused_rope(family_model):
 # norms before RoPE), on CPU tensors under the interpreter.
 _INTERPRETED_MODELS = """
 import json, torch
-import kernels.triton_rope as kernel
+import agentctx.kernels.triton_rope as kernel
 from transformers import AutoModelForCausalLM
-from serving.fused_rope import install_rope, rope_active
+from agentctx.serving.fused_rope import install_rope, rope_active
 from tests.factories import TINY_FAMILIES, tiny_config
 launches, real = [], kernel.triton_rope
 kernel.triton_rope = lambda *a, **k: launches.append(1) or real(*a, **k)  # before the wrappers bind it

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serving.model_loader import load_model
-from serving.model_runner import ModelRunner
+from agentctx.serving.model_loader import load_model
+from agentctx.serving.model_runner import ModelRunner
 
 pytestmark = pytest.mark.model
 

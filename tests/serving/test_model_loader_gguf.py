@@ -9,8 +9,8 @@ import shutil
 import pytest
 import torch
 
-from serving import model_loader as ml
-from serving.model_loader import DEFAULT_MODEL, ModelLoadError, load_model
+from agentctx.serving import model_loader as ml
+from agentctx.serving.model_loader import DEFAULT_MODEL, ModelLoadError, load_model
 from tests.factories import make_tiny_checkpoint
 
 
@@ -163,7 +163,7 @@ def test_a_bad_tokenizer_dir_leaves_a_finished_conversion_alone(cache, tmp_path)
 
 
 def test_prepare_model_checks_the_tokenizer_dir(tmp_path, capsys):
-    from agentctx.cli import main
+    from agentctx.entrypoints.cli import main
 
     ckpt = make_tiny_checkpoint("llama", tmp_path / "tiny")
     assert main(["prepare-model", "--model", str(ckpt), "--tokenizer", str(tmp_path / "missing")]) == 1

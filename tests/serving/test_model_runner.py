@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serving.model_loader import ModelLoadError, load_model
-from serving.model_runner import ContextTooLongError, EmptyInputError, ModelRunner
+from agentctx.serving.model_loader import ModelLoadError, load_model
+from agentctx.serving.model_runner import ContextTooLongError, EmptyInputError, ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 
 # fp32 on CPU: our blockwise attention and transformers' SDPA differ only by rounding.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serving.model_loader import load_model
-from serving.model_runner import ModelRunner
+from agentctx.serving.model_loader import load_model
+from agentctx.serving.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 from tests.serving.runner_compare import assert_runners_agree
 
@@ -70,8 +70,8 @@ def test_cuda_graph_queries_match_eager(family, dtype, tmp_path):
 def test_engine_on_cuda_graphs_matches_eager_engine(tmp_path):
     """LocalEngine's generate / stream / score (forked tails) with CUDA-graph queries (the
     default on CUDA) against the same engine run eagerly."""
-    from serving.engine import LocalEngine
-    from serving.types import GenerateRequest, ScoreRequest
+    from agentctx.serving.engine import LocalEngine
+    from agentctx.serving.types import GenerateRequest, ScoreRequest
 
     torch.backends.cuda.matmul.allow_tf32 = False
     loaded = load_model(make_tiny_checkpoint("gemma3_text", tmp_path), dtype=torch.float32, device="cuda")
@@ -114,7 +114,7 @@ def test_fused_norms_match_unfused_on_cuda(family, dtype, tmp_path):
 def test_slot_kernels_pass_their_first_call_check_on_cuda(dtype, tmp_path):
     """Graph queries of a Gemma 3 model use the Triton tail and window kernels, not the
     torch fallback that a failed first-call check would switch to (kernels/tail_merge.py)."""
-    from kernels import tail_merge
+    from agentctx.kernels import tail_merge
 
     path = make_tiny_checkpoint("gemma3_text", tmp_path)
     runner = ModelRunner(load_model(path, dtype=dtype, device="cuda"), page_size=16, prefill_chunk_tokens=64,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from serving.prompt_mode import assemble_prompt, copy_choices, page_runs
+from agentctx.serving.prompt_mode import assemble_prompt, copy_choices, page_runs
 
 
 def _marker(page: int) -> list[int]:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from kernels import attend_selected_reference
+from agentctx.kernels import attend_selected_reference
 
 pytestmark = pytest.mark.ray
 
@@ -25,7 +25,7 @@ def _reference(q, k, v, lens, rows, scale):
 
 
 def test_sharded_kv_ray_group(ray_local):
-    from serving.shard_workers import ShardedKV
+    from agentctx.serving.shard_workers import ShardedKV
 
     g = torch.Generator().manual_seed(11)
     S, P, Hkv, D, Hq = 10, 4, 2, 16, 8

@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from kernels import attend_selected_reference
-from serving.sharded_attention import (
+from agentctx.kernels import attend_selected_reference
+from agentctx.serving.sharded_attention import (
     KVShard,
     local_selection,
     merge_across_ranks,
@@ -143,8 +143,8 @@ def test_bad_arguments():
 
 _TRITON_HEAD_CHUNKS = r"""
 import json, torch
-from kernels.reference import attend_selected_reference
-from serving.sharded_attention import KVShard
+from agentctx.kernels.reference import attend_selected_reference
+from agentctx.serving.sharded_attention import KVShard
 g = torch.Generator().manual_seed(0)
 S, P, Hkv, D, Hq = 6, 16, 4, 16, 8
 k, v = torch.randn(S, P, Hkv, D, generator=g), torch.randn(S, P, Hkv, D, generator=g)

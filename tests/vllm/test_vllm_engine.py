@@ -13,10 +13,10 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM not installed (bash scripts/setup_vllm.sh)")
 
-from agentctx.cli import SAMPLE_CONTRACT  # noqa: E402
-from serving.engine import ContextNotLoadedError, LocalEngine  # noqa: E402
-from serving.types import ContextTooLongError, EmptyInputError, GenerateRequest, ScoreRequest  # noqa: E402
-from serving.vllm_engine import VLLMEngine  # noqa: E402
+from agentctx.entrypoints.cli import SAMPLE_CONTRACT  # noqa: E402
+from agentctx.serving.engine import ContextNotLoadedError, LocalEngine  # noqa: E402
+from agentctx.serving.types import ContextTooLongError, EmptyInputError, GenerateRequest, ScoreRequest  # noqa: E402
+from agentctx.serving.vllm_engine import VLLMEngine  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
@@ -33,7 +33,7 @@ def doc_text() -> str:
 def vllm_engine():
     # Built the way a Serve replica builds it: from the model section of the config.
     from agentctx.config import ModelConfig
-    from serving.replica import build_engine
+    from agentctx.serving.replica import build_engine
 
     engine = build_engine(ModelConfig(engine="vllm", page_size=PAGE, vllm_kv_cache_gib=2, vllm_max_model_len=8192))
     assert isinstance(engine, VLLMEngine)
@@ -158,7 +158,7 @@ def test_bad_input_gives_clear_errors(vllm_engine, loaded):
 def test_replica_publishes_token_pages_and_reloads_them(vllm_engine, loaded, doc_text, ray_local, redis_url):
     from agentctx.config import AgentctxConfig
     from agentctx.kv_store import KVStore
-    from serving.replica import ModelReplica
+    from agentctx.serving.replica import ModelReplica
 
     store = KVStore.connect(redis_url, namespace=f"vllm-{uuid.uuid4().hex[:8]}")
     try:

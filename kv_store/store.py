@@ -22,7 +22,7 @@ from typing import Any
 import ray
 import torch
 
-from .. import settings
+from agentctx.common import settings
 from .actor_directory import ActorDirectory
 from .codec import PagePayload, decode_payload, encode_bytes, encode_tensor, dtype_name
 from .directory import NO_REDIS_WARNING, Directory

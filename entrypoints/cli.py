@@ -8,9 +8,11 @@ import os
 import sys
 from pathlib import Path
 
+import agentctx
+
 __all__ = ["main", "SAMPLE_CONTRACT"]
 
-SAMPLE_CONTRACT = Path(__file__).parent / "samples" / "sample_contract.txt"
+SAMPLE_CONTRACT = Path(agentctx.__file__).parent / "samples" / "sample_contract.txt"
 log = logging.getLogger("agentctx")
 
 
@@ -54,7 +56,7 @@ def _config(args):
 
 def cmd_review(args) -> int:
     from agentctx.runtime import Runtime
-    from pipelines.document_review import report_summary_line, run_review
+    from agentctx.pipelines.document_review import report_summary_line, run_review
 
     text = _read_document(args.file)
     cfg = _config(args)
@@ -84,14 +86,14 @@ def cmd_review(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from serving.http_app import serve_forever
+    from agentctx.entrypoints.http.app import serve_forever
 
     serve_forever(_config(args))
     return 0
 
 
 def cmd_prepare_model(args) -> int:
-    from serving.model_loader import load_tokenizer_dir, resolve_model_dir
+    from agentctx.serving.model_loader import load_tokenizer_dir, resolve_model_dir
 
     tok = load_tokenizer_dir(args.tokenizer) if args.tokenizer else None  # a bad dir fails before any work
     print(resolve_model_dir(args.model, args.tokenizer))

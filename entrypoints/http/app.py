@@ -75,11 +75,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import get_route_path
 
-from agentctx import settings
+from agentctx.common import settings
 from agentctx.config import AgentctxConfig, load_config
-from serving.auth import DEFAULT_TENANT, ApiKeyAuth
-from serving.deployments import REPLICA_APP, replica_app
-from serving.http_schemas import (
+from agentctx.entrypoints.auth import DEFAULT_TENANT, ApiKeyAuth
+from agentctx.serving.deployments import REPLICA_APP, replica_app
+from agentctx.entrypoints.schemas import (
     CONTEXT_ID_RE,
     MAX_PROMPT_CHARS,
     PIPELINE_NAME_RE,
@@ -95,8 +95,8 @@ from serving.http_schemas import (
     QueryResponse,
     validation_error_detail,
 )
-from serving.prom import HttpMetrics
-from serving.types import GenerateRequest, GenerateResult
+from agentctx.entrypoints.metrics import HttpMetrics
+from agentctx.serving.types import GenerateRequest, GenerateResult
 
 __all__ = [
     "create_app", "HttpIngress", "ingress_app", "app_builder", "serve_forever", "start_http", "stop_http",
@@ -175,7 +175,7 @@ def map_exception(exc: BaseException, retry_after_s: float = 1.0) -> APIError:
         StoreError,
         StoreUnavailableError,
     )
-    from serving.types import ContextTooLongError, EmptyInputError
+    from agentctx.serving.types import ContextTooLongError, EmptyInputError
 
     exc = _unwrap(exc)
     retry = _retry_headers(retry_after_s)
@@ -364,7 +364,7 @@ class ApiService:
     """
 
     def __init__(self, cfg: AgentctxConfig, model_handle=None):
-        from serving.client import ServeReplicaClient
+        from agentctx.serving.client import ServeReplicaClient
 
         self.cfg = cfg
         self.auth = ApiKeyAuth(cfg.serve.api_keys)
@@ -464,7 +464,7 @@ class ApiService:
     # ------------------------------------------------------------------ planning
     def policy_for(self, dense: bool, budget_fraction: float | None, top_k_pages: int | None):
         """None = dense; else the configured policy with the request's budget/top-k (422 if invalid)."""
-        from retrieval.policy import SelectionPolicy
+        from agentctx.retrieval.policy import SelectionPolicy
 
         if dense:
             return None
@@ -618,7 +618,7 @@ class JobManager:
     """
 
     def __init__(self, config: dict, model_handle, max_running: int = 2, max_jobs: int = 1000):
-        from serving.client import ServeReplicaClient
+        from agentctx.serving.client import ServeReplicaClient
 
         self.cfg = AgentctxConfig.model_validate(config)
         self.client = ServeReplicaClient(model_handle, timeout_s=self.cfg.serve.request_timeout_s)
@@ -710,15 +710,15 @@ class JobManager:
                 "prefill_s": res.prefill_s, "index_s": res.index_s, "total_s": res.total_s}
 
     def _run_pipeline(self, job: dict, payload: dict) -> dict:
-        from pipelines.dsl import PipelineSpec
-        from pipelines.runner import PipelineRunner
+        from agentctx.pipelines.dsl import PipelineSpec
+        from agentctx.pipelines.runner import PipelineRunner
 
         rt = self._runtime()
         spec = PipelineSpec.model_validate(payload["spec"])
         cid, tenant = job["context_id"], job["tenant"]
         result = PipelineRunner(rt, progress=False).run(spec, cid, tenant)
         if payload.get("report"):
-            from pipelines.document_review import build_report
+            from agentctx.pipelines.document_review import build_report
 
             rec = rt.store.get_record(cid, tenant)
             document = {"context_id": cid, "num_tokens": rec.num_tokens, "num_pages": len(rec.page_ids),
@@ -731,7 +731,7 @@ class JobManager:
 
 # ============================================================================ pipelines
 def _pipeline_dirs() -> list[Path]:
-    import pipelines
+    import agentctx.pipelines as pipelines
 
     dirs = [Path(pipelines.__file__).parent]
     extra = settings.env_str("PIPELINES_DIR")
@@ -742,10 +742,10 @@ def _pipeline_dirs() -> list[Path]:
 
 def resolve_pipeline(name: str, body: PipelineRunRequest, cfg: AgentctxConfig) -> tuple[dict, bool]:
     """``(spec dict, is_review)`` for a pipeline name; 404 if unknown, 422 if its spec is invalid."""
-    from pipelines.dsl import PipelineSpec
+    from agentctx.pipelines.dsl import PipelineSpec
 
     if name == "document_review":
-        from pipelines.document_review import review_pipeline
+        from agentctx.pipelines.document_review import review_pipeline
 
         if body.spec is not None:
             raise APIError(422, "document_review is built in; it takes options, not a spec", param="spec")
@@ -1315,7 +1315,7 @@ def _config_from_args(args: dict | None) -> AgentctxConfig:
 
 
 def app_builder(args: dict) -> Any:
-    """``serve run serving.http_app:app_builder config=deploy/agentctx.yaml`` (or the ``args`` of a Serve
+    """``serve run agentctx.entrypoints.http.app:app_builder config=deploy/agentctx.yaml`` (or the ``args`` of a Serve
     config): one application holding the model deployment and the HTTP ingress."""
     cfg = _config_from_args(args)
     ApiKeyAuth(cfg.serve.api_keys)  # fail the deploy now if an "env:" key is missing

@@ -1,0 +1,1 @@
+"""Ground floor: environment settings (stdlib only); every other layer may import it."""

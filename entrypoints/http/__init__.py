@@ -1,0 +1,1 @@
+"""The HTTP API: a FastAPI app behind a Ray Serve ingress deployment."""

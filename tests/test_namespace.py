@@ -1,0 +1,98 @@
+"""One namespace: everything installs as ``agentctx.*``; the bare name ``kernels`` stays Hugging Face's.
+
+The checkout keeps its top-level folders (kernels/, serving/, ...), mapped onto ``agentctx.*`` by
+pyproject.toml. A process with the checkout's root on sys.path (``python -m`` or ``-c`` from the
+root, and every Ray worker of a driver started there: Ray puts the driver's working directory first
+on its workers' sys.path) would find kernels/ under the bare name ``kernels``, which transformers
+>= 5.25 imports for Hugging Face's ``kernels`` distribution; kernels/__init__.py hands that name over.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = ("agentctx", "common", "entrypoints", "kernels", "kv_store", "pipelines", "retrieval", "serving")
+
+
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_every_folder_is_a_subpackage_of_agentctx():
+    import agentctx.kernels
+
+    assert agentctx.kernels.__name__ == "agentctx.kernels"
+    assert Path(agentctx.kernels.__file__).resolve() == REPO / "kernels" / "__init__.py"
+    assert callable(agentctx.kernels.attend_selected)
+
+
+def test_no_generic_name_is_importable_outside_the_checkout(tmp_path):
+    code = (
+        "import importlib.util, json\n"
+        f"names = {[f for f in FOLDERS if f != 'agentctx']!r}\n"
+        "found = {n: getattr(importlib.util.find_spec(n), 'origin', None) for n in names}\n"
+        "print(json.dumps(found))\n"
+    )
+    proc = _python(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    found = json.loads(proc.stdout)
+    for name, origin in found.items():
+        assert origin is None or not Path(origin).resolve().is_relative_to(REPO), (name, origin)
+
+
+def test_bare_kernels_from_the_checkout_root_is_never_ours():
+    code = (
+        "import sys\n"
+        "try:\n"
+        "    import kernels\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print('absent', exc.name); sys.exit(0)\n"
+        "print('found', kernels.__file__)\n"
+    )
+    proc = _python(code, REPO)  # `-c` puts the working directory (the root) first on sys.path
+    assert proc.returncode == 0, proc.stderr
+    kind, where = proc.stdout.split()
+    try:
+        importlib.metadata.distribution("kernels")
+        hub_installed = True
+    except importlib.metadata.PackageNotFoundError:
+        hub_installed = False
+    if hub_installed:
+        assert kind == "found" and not Path(where).resolve().is_relative_to(REPO), proc.stdout
+    else:
+        assert (kind, where) == ("absent", "kernels"), proc.stdout
+
+
+def test_transformers_hub_kernels_import_from_the_checkout_root():
+    pytest.importorskip("transformers")
+    proc = _python("import transformers.integrations.hub_kernels, transformers.modeling_utils", REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_wheel_holds_only_agentctx(tmp_path):
+    src = tmp_path / "src"  # a copy: a build writes build/ and *.egg-info beside the sources
+    for name in ("pyproject.toml", "README.md"):
+        src.mkdir(exist_ok=True)
+        shutil.copy(REPO / name, src / name)
+    for folder in FOLDERS:
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(tmp_path), str(src)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (wheel,) = tmp_path.glob("agentctx-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
+    assert tops == {"agentctx"}, tops
+    for folder in FOLDERS[1:]:
+        assert f"agentctx/{folder}/__init__.py" in names, folder
+    assert "agentctx/samples/sample_contract.txt" in names
