@@ -57,7 +57,7 @@ def main() -> int:
 
     import agentctx.kernels.positional as kp
     import agentctx.serving.model_runner as mr
-    from agentctx.kernels import tail_merge
+    from agentctx.kernels import tail_merge, tail_tiles
 
     if args.model and not Path(args.model).exists():
         from bench.bench_session import build_model
@@ -79,7 +79,7 @@ def main() -> int:
 
     # label -> (ModelRunner.sliding_prefill, patches applied while it runs)
     no_flash = partial(mock.patch.object, kp, "_flash_op", lambda *a, **k: None)
-    tile_64 = partial(mock.patch.object, tail_merge, "WINDOW_BLOCK_M", 64)  # the tiles as first written
+    tile_64 = partial(mock.patch.object, tail_tiles, "WINDOW_BLOCK_M", 64)  # the tiles as first written
     paths = {"kernel": ("kernel", []), "kernel-m64": ("kernel", [tile_64])} if cuda else {}
     paths |= {"banded": ("banded", []), "square": ("square", [])}
     if args.old:

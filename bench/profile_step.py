@@ -33,7 +33,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from bench.bench_session import build_model
-    from agentctx.kernels import tail_merge
+    from agentctx.kernels import tail_merge, tail_tiles
     from agentctx.serving.model_runner import ModelRunner
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -81,7 +81,7 @@ def main() -> int:
         for label, mode, fused, tail_impl, window_impl, splits, rope, proj in variants:
             runner.query_mode, runner.fused_norms, runner.tail_impl = mode, fused, tail_impl
             runner.window_impl = window_impl
-            tail_merge.WINDOW_SPLITS = splits
+            tail_tiles.WINDOW_SPLITS = splits
             if hasattr(runner, "fused_rope"):
                 runner.fused_rope = rope
             if hasattr(runner, "fused_proj"):
@@ -132,7 +132,7 @@ def main() -> int:
         if dev.type == "cuda":
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         profiles = {}
-        tail_merge.WINDOW_SPLITS = None
+        tail_tiles.WINDOW_SPLITS = None
         for fused in ([False, True] if has_fused else [False]):
             runner.fused_norms = fused
             if hasattr(runner, "fused_rope"):

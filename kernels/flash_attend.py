@@ -63,18 +63,9 @@ def flash_attend_selected(
     scale: float,
     softcap: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Same contract as :func:`kernels.attend_selected`, via flash-attn.
+    """:func:`~agentctx.kernels.attend_selected.attend_selected` through flash-attn's paged kernel.
 
-    Args:
-        q: (B, Tq, Hq, D) fp16/bf16 CUDA.
-        k_pages, v_pages: (S, P, Hkv, D), P % 256 == 0.
-        block_table: (B, M) int32; num_blocks (B,) int32; slot_lens (S,) int32.
-
-    Returns:
-        out (B, Tq, Hq, D) in ``q.dtype``, lse (B, Tq, Hq) float32.
-
-    Raises:
-        NotImplementedError: the inputs do not fit flash-attn's paged layout.
+    Raises NotImplementedError when the inputs do not fit its layout (module docstring).
     """
     why = flash_static_fit(q, k_pages)
     if why is not None:

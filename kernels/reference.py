@@ -7,13 +7,9 @@ version walks the batch row by row, gathering only the valid tokens of the
 selected pages (so it never touches padding entries of the block table or
 garbage tokens past a slot's length).
 
-Conventions shared with the kernels:
-  * ``q`` (B, Tq, Hq, D); key/value heads Hkv with Hq % Hkv == 0; query head
-    ``h`` reads kv head ``h // (Hq // Hkv)`` (grouped-query attention).
-  * scores = scale * q·k, then optionally ``softcap * tanh(scores / softcap)``.
-  * returns ``out`` (B, Tq, Hq, D) in ``q.dtype`` and ``lse`` (B, Tq, Hq)
-    float32, the natural-log sum-exp of the (scaled, capped) scores. Rows with
-    no visible key give ``out = 0`` and ``lse = -inf``.
+The paged function implements the contract of :func:`~agentctx.kernels.attend_selected.attend_selected`
+(shapes, grouped-query heads, softcap, ``(out, lse)``, empty rows), which is written down
+there once; the dense one follows the same conventions over contiguous keys.
 """
 
 from __future__ import annotations
@@ -107,21 +103,10 @@ def attend_selected_reference(
     scale: float,
     softcap: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Attention of each query row over the valid tokens of its selected pages.
+    """:func:`~agentctx.kernels.attend_selected.attend_selected` in float32 PyTorch (inputs validated there).
 
-    Args:
-        q: (B, Tq, Hq, D).
-        k_pages, v_pages: (S, P, Hkv, D) page pool of one layer.
-        block_table: (B, M) int slot ids; only ``[:num_blocks[b]]`` is read.
-        num_blocks: (B,) int, pages used by each row.
-        slot_lens: (S,) int, valid tokens in each slot (0..P).
-        scale, softcap: see module docstring.
-
-    Returns:
-        out (B, Tq, Hq, D) in ``q.dtype``, lse (B, Tq, Hq) float32.
-
-    Inputs are assumed validated (see :func:`kernels.attend_selected`). This
-    reads ``num_blocks`` on the host, i.e. it synchronises a CUDA stream.
+    Walks the batch row by row and gathers only the valid tokens of the selected pages. Reads
+    ``num_blocks`` on the host, i.e. synchronises a CUDA stream.
     """
     B, Tq, Hq, D = q.shape
     P = k_pages.shape[1]

@@ -322,15 +322,9 @@ def triton_attend_selected(
     softcap: float | None = None,
     config: TritonConfig | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Launch the paged split-K attention kernels.
-
-    Args: as :func:`kernels.attend_selected` (already validated there):
-        q (B, Tq, Hq, D); k_pages/v_pages (S, P, Hkv, D) with unit stride on D;
-        block_table (B, M) int32; num_blocks (B,) int32; slot_lens (S,) int32.
-        config: optional explicit :class:`TritonConfig` (see :func:`choose_config`).
-
-    Returns:
-        out (B, Tq, Hq, D) in ``q.dtype`` and lse (B, Tq, Hq) float32.
+    """:func:`~agentctx.kernels.attend_selected.attend_selected` through the paged split-K kernels
+    (inputs validated there; k_pages/v_pages need unit stride on D). ``config``: an explicit
+    :class:`TritonConfig` (default :func:`choose_config`).
     """
     B, Tq, Hq, D = q.shape
     S, P, Hkv, _ = k_pages.shape

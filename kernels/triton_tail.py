@@ -27,7 +27,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without triton
     raise ImportError("kernels.triton_tail needs the 'triton' package (pip install triton)") from exc
 
-from . import tail_merge
+from . import tail_tiles
 from .triton_attend import INTERPRET, _merge_block_d, _merge_splits_kernel, _sm_count
 
 __all__ = ["triton_tail_merged", "triton_window"]
@@ -140,8 +140,8 @@ def launch_splits(q: Tensor, k: Tensor, window: int) -> int:
     """The split count :func:`triton_window` uses by default for these shapes."""
     group = q.shape[1] // k.shape[1]
     block_d = triton.next_power_of_2(max(q.shape[2], 16))
-    return tail_merge.window_splits(q.shape[0] * group, k.shape[1], window,
-                                    _block_n(block_d, tail_merge.WINDOW_BLOCK_M), _sm_count(q.device))
+    return tail_tiles.window_splits(q.shape[0] * group, k.shape[1], window,
+                                    _block_n(block_d, tail_tiles.WINDOW_BLOCK_M), _sm_count(q.device))
 
 
 def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, num_splits=None) -> Tensor:
@@ -160,7 +160,7 @@ def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, n
     has_pages = o_pages is not None
     if not has_pages:  # unused by the kernel; any valid pointers will do
         o_pages, lse_pages = out, out
-    block_m = tail_merge.block_m_for(rows, "window" if window else "tail_merged")
+    block_m = tail_tiles.block_m_for(rows, "window" if window else "tail_merged")
     block_d = triton.next_power_of_2(max(d, 16))
     block_n = _block_n(block_d, block_m)
     use_softcap = bool(softcap)
@@ -210,7 +210,7 @@ def triton_tail_merged(q: Tensor, tail_k: Tensor, tail_v: Tensor, q_slots: Tenso
 def triton_window(q: Tensor, k: Tensor, v: Tensor, q_slots: Tensor, offset: int, window: int, scale: float,
                   softcap: float | None = None, num_splits: int | None = None) -> Tensor:
     """See kernels.tail_merge.attend_window (inputs validated there). num_splits: programs per row
-    tile along the band (None: :func:`kernels.tail_merge.window_splits`; tests and sweeps set it)."""
+    tile along the band (None: :func:`kernels.tail_tiles.window_splits`; tests and sweeps set it)."""
     if num_splits is not None and num_splits < 1:
         raise ValueError(f"triton_window: num_splits must be >= 1, got {num_splits}")
     return _launch(q, k, v, q_slots, offset, window, None, None, scale, softcap, num_splits)

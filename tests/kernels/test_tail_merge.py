@@ -163,6 +163,6 @@ def test_first_call_check_keeps_a_correct_kernel():
     ],
 )
 def test_window_split_rule(rows, hkv, window, block_n, n_sm, want):
-    from agentctx.kernels.tail_merge import window_splits
+    from agentctx.kernels.tail_tiles import window_splits
 
     assert window_splits(rows, hkv, window, block_n, n_sm) == want
