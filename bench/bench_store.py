@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 import ray  # noqa: E402
 import torch  # noqa: E402
 
-from agentctx.kv_store import ContextHandle, ContextRecord, KVStore  # noqa: E402
+from agentctx.kv_store import ContextRecord, KVStore  # noqa: E402
 
 PAGE_SHAPE = (3, 2, 256, 1, 256)  # layers, K/V, tokens, kv heads, head dim
 PAGE_TOKENS = 256
@@ -82,7 +82,7 @@ class Agent:
 
     def attach_and_read(self, context_id: str, tenant: str, redis_url: str, namespace: str) -> dict:
         t0 = time.perf_counter()
-        self.handle = ContextHandle.attach(context_id, tenant, redis_url=redis_url, namespace=namespace)
+        self.handle = KVStore.attach(context_id, tenant, redis_url=redis_url, namespace=namespace)
         cold_ms = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
         self.pages = self.handle.get_pages()
@@ -318,7 +318,7 @@ memory before any KV was touched (interpreter, torch, Ray worker: per-agent stat
 object store + private − idle state, i.e. the memory the KV costs; *peak* is the highest of background
 samples taken every 0.25 s while agents attached and read. Reattach = `store.open(context_id, tenant)`
 (handle from id, one Redis Lua round trip) inside an agent that already has a store client;
-*cold attach* includes creating that client (`ContextHandle.attach`). All N agents run their 50
+*cold attach* includes creating that client (`KVStore.attach`). All N agents run their 50
 reattach/close loops at the same time, so at larger N each open also queues behind the others' Lua
 scripts (Redis is single-threaded; acquire and release each touch all 512 page refcounts) and shares
 the 2 cores; the N=1 row is the uncontended latency. Reads through the shared store are zero-copy

@@ -8,7 +8,8 @@ and keeps refcounts and holder leases. See ``store.py`` for the facade.
 
 from .codec import PagePayload, decode_payload, encode_tensor
 from .device_cache import DevicePageCache
-from .directory import NO_REDIS_WARNING, Directory, InProcessDirectory, make_directory
+from .directories import make_directory
+from .directory import NO_REDIS_WARNING, Directory, InProcessDirectory
 from .errors import (
     BlobNotFoundError,
     ContextExistsError,

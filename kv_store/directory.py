@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from .errors import BlobNotFoundError, ContextExistsError, ContextNotFoundError, InvalidInputError
 from .records import BlobMeta, ContextRecord, DeleteResult, ReapResult, ReleaseResult, validate_id
 
-__all__ = ["Directory", "InProcessDirectory", "make_directory", "NO_REDIS_WARNING"]
+__all__ = ["Directory", "InProcessDirectory", "NO_REDIS_WARNING"]
 
 log = logging.getLogger(__name__)
 
@@ -319,13 +319,3 @@ class InProcessDirectory(Directory):
 def _check_ttl(ttl_s: float) -> None:
     if not isinstance(ttl_s, (int, float)) or not 0 < ttl_s <= 86_400:
         raise InvalidInputError(f"lease ttl must be in (0, 86400] seconds, got {ttl_s!r}")
-
-
-def make_directory(redis_url: str | None, namespace: str = "agentctx", **redis_options) -> Directory:
-    """The directory for ``redis_url``: Redis when set, else in-process (logging why)."""
-    if redis_url:
-        from .redis_directory import RedisDirectory
-
-        return RedisDirectory(redis_url, namespace=namespace, **redis_options)
-    log.warning(NO_REDIS_WARNING)
-    return InProcessDirectory()

@@ -21,17 +21,15 @@ import threading
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
+from .directory import Directory
 from .errors import ContextNotFoundError, PageNotInContextError, StoreError
 from .records import ContextRecord
 
-if TYPE_CHECKING:
-    from .store import KVStore
-
-__all__ = ["ContextHandle", "LeaseRenewer", "new_holder_id"]
+__all__ = ["ContextHandle", "HandleStore", "LeaseRenewer", "new_holder_id"]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +39,24 @@ def new_holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
 
 
-def _release(store: "KVStore", context_id: str, holder_id: str) -> None:
+class HandleStore(Protocol):
+    """What a handle needs of its store (:class:`~agentctx.kv_store.store.KVStore` is the one)."""
+
+    directory: Directory
+    redis_url: str
+    namespace: str
+    lease_ttl_s: float
+
+    @classmethod
+    def attach(cls, context_id: str, tenant: str, redis_url: str | None = None, namespace: str = "agentctx",
+               holder_id: str | None = None, lease_ttl_s: float | None = None) -> "ContextHandle": ...
+    def _get_pages(self, page_ids: list[str], copy: bool = False) -> list[torch.Tensor]: ...
+    def get_blob(self, context_id: str, name: str, tenant: str | None = None,
+                 copy: bool = False) -> torch.Tensor | bytes: ...
+    def _release(self, context_id: str, holder_id: str) -> bool: ...
+
+
+def _release(store: HandleStore, context_id: str, holder_id: str) -> None:
     # Runs from close(), from the GC finalizer or at interpreter exit: never raise.
     try:
         store._release(context_id, holder_id)
@@ -54,7 +69,7 @@ def _release(store: "KVStore", context_id: str, holder_id: str) -> None:
 class ContextHandle:
     """A held context: ``record``, ``get_pages()``, ``get_blob()``, ``close()``."""
 
-    def __init__(self, store: "KVStore", record: ContextRecord, holder_id: str, lease_ttl_s: float,
+    def __init__(self, store: HandleStore, record: ContextRecord, holder_id: str, lease_ttl_s: float,
                  auto_renew: bool = True) -> None:
         self._store = store
         self.record = record
@@ -70,24 +85,17 @@ class ContextHandle:
 
     # -- construction -----------------------------------------------------------------
     @classmethod
-    def open(cls, store: "KVStore", context_id: str, tenant: str, holder_id: str | None = None,
+    def open(cls, store: HandleStore, context_id: str, tenant: str, holder_id: str | None = None,
              lease_ttl_s: float | None = None, auto_renew: bool = True) -> "ContextHandle":
         ttl = float(lease_ttl_s or store.lease_ttl_s)
         holder = holder_id or new_holder_id()
         record = store.directory.acquire(context_id, tenant, holder, ttl)
         return cls(store, record, holder, ttl, auto_renew)
 
-    @staticmethod
-    def attach(context_id: str, tenant: str, redis_url: str | None = None, namespace: str = "agentctx",
-               holder_id: str | None = None, lease_ttl_s: float | None = None) -> "ContextHandle":
-        """Open by id from any process of the Ray cluster (reuses this process's store connection)."""
-        from .store import KVStore
-
-        return KVStore.connect_cached(redis_url, namespace).open(context_id, tenant, holder_id, lease_ttl_s)
-
     def __reduce__(self):
-        return (ContextHandle.attach, (self.context_id, self.tenant, self._store.redis_url,
-                                       self._store.namespace, None, self.lease_ttl_s))
+        # Re-attached by id in the receiving process, through its own store client.
+        return (type(self._store).attach, (self.context_id, self.tenant, self._store.redis_url,
+                                           self._store.namespace, None, self.lease_ttl_s))
 
     # -- accessors ----------------------------------------------------------------------
     @property

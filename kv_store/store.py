@@ -25,7 +25,8 @@ import torch
 from agentctx.common import settings
 from .actor_directory import ActorDirectory
 from .codec import PagePayload, decode_payload, encode_bytes, encode_tensor, dtype_name
-from .directory import NO_REDIS_WARNING, Directory
+from .directories import make_directory
+from .directory import Directory
 from .errors import InvalidInputError, PagesMissingError, StoreError, StoreUnavailableError
 from .handle import ContextHandle
 from .hashing import page_hashes
@@ -79,14 +80,9 @@ class KVStore:
         redis_url = redis_url or None
         if not ray.is_initialized():
             ray.init(address=settings.ray_address(), include_dashboard=False, ignore_reinit_error=True)
-        directory: Directory | None = None
-        if redis_url:
-            from .redis_directory import RedisDirectory
-
-            directory = RedisDirectory(redis_url, namespace=namespace)
+        directory = make_directory(redis_url, namespace, local=lambda: None)  # None: the actor hosts it
+        if directory is not None:
             directory.ping()  # fail fast with StoreUnavailableError rather than inside the actor
-        else:
-            log.warning(NO_REDIS_WARNING)
         if budget_bytes is None:
             budget_bytes = int(ray.cluster_resources().get("object_store_memory", 8 << 30) * DEFAULT_BUDGET_FRACTION)
         if budget_bytes <= 0:
@@ -118,6 +114,12 @@ class KVStore:
             if store is None:
                 store = cls._cache[key] = cls.connect(key[0], namespace)
             return store
+
+    @classmethod
+    def attach(cls, context_id: str, tenant: str, redis_url: str | None = None, namespace: str = "agentctx",
+               holder_id: str | None = None, lease_ttl_s: float | None = None) -> ContextHandle:
+        """Open a context by id from any process of the Ray cluster (reuses this process's store client)."""
+        return cls.connect_cached(redis_url, namespace).open(context_id, tenant, holder_id, lease_ttl_s)
 
     def __reduce__(self):
         return (KVStore.connect_cached, (self.redis_url, self.namespace))

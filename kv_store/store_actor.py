@@ -27,7 +27,8 @@ from typing import Any
 import ray
 
 from .codec import PagePayload
-from .directory import Directory, InProcessDirectory
+from .directories import make_directory
+from .directory import Directory
 from .errors import BlobNotFoundError, InvalidInputError, PagesMissingError, StoreUnavailableError
 from .metrics import StoreCounters, build_metrics
 from .records import BlobMeta, ContextRecord, DeleteResult, ReapResult, validate_page_ids
@@ -68,12 +69,7 @@ class KVStoreActor:
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
-        if config.redis_url:
-            from .redis_directory import RedisDirectory
-
-            self.directory: Directory = RedisDirectory(config.redis_url, namespace=config.namespace)
-        else:
-            self.directory = InProcessDirectory()
+        self.directory: Directory = make_directory(config.redis_url, config.namespace, warn=False)
         self.budget_bytes = int(config.budget_bytes)
         self.spill = SpillStore(config.spill_dir)
         self.counters = StoreCounters()

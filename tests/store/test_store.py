@@ -140,13 +140,13 @@ class Reader:
 
     def open_by_id(self, context_id, tenant, redis_url, namespace):
         t0 = time.perf_counter()
-        handle = ContextHandle.attach(context_id, tenant, redis_url=redis_url, namespace=namespace)
+        handle = KVStore.attach(context_id, tenant, redis_url=redis_url, namespace=namespace)
         first_ms = (time.perf_counter() - t0) * 1000
         sums = [float(p.float().sum()) for p in handle.get_pages()]
         lat = []
         for _ in range(30):
             t0 = time.perf_counter()
-            h = ContextHandle.attach(context_id, tenant, redis_url=redis_url, namespace=namespace)
+            h = KVStore.attach(context_id, tenant, redis_url=redis_url, namespace=namespace)
             lat.append((time.perf_counter() - t0) * 1000)
             h.close()
         handle.close()
