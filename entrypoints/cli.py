@@ -56,17 +56,19 @@ def _config(args):
 
 def cmd_review(args) -> int:
     from agentctx.runtime import Runtime
-    from agentctx.pipelines.document_review import report_summary_line, run_review
+    from agentctx.pipelines.document_review import run_review
+    from agentctx.pipelines.report import report_summary_line
 
     text = _read_document(args.file)
     cfg = _config(args)
     kinds = tuple(k.strip() for k in args.clauses.split(",")) if args.clauses else None
-    if kinds:
-        from agentctx.agents import CLAUSE_KINDS
+    if kinds:  # checked before anything starts
+        from agentctx.agents import check_clause_kinds
 
-        bad = [k for k in kinds if k not in CLAUSE_KINDS]
-        if bad:
-            raise SystemExit(f"error: unknown clause kinds {bad}; known: {', '.join(CLAUSE_KINDS)}")
+        try:
+            check_clause_kinds(kinds)
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from None
     with Runtime.start(cfg) as rt:
         report = run_review(rt, text, source=Path(args.file).name, tenant=args.tenant, dense=args.dense,
                             out_dir=args.out, **({"clause_kinds": kinds} if kinds else {}))

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from agentctx.pipelines.document_review import ReviewReport
+from agentctx.pipelines.report import ReviewReport
 
 __all__ = ["render_html"]
 
@@ -21,7 +18,7 @@ mark{background:#fff3a8} mark.unverified{background:#ffd0d0} mark:target{backgro
 """
 
 
-def _spans(report: "ReviewReport") -> list[tuple[int, int, str, bool]]:
+def _spans(report: ReviewReport) -> list[tuple[int, int, str, bool]]:
     spans = []
     for i, c in enumerate(report.clauses):
         if c.citation is not None:
@@ -44,14 +41,14 @@ def _highlight(text: str, spans: list[tuple[int, int, str, bool]]) -> str:
     return "".join(out)
 
 
-def render_html(report: "ReviewReport", text: str) -> str:
+def render_html(report: ReviewReport, text: str) -> str:
     e = html.escape
     doc = report.document
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Review: {e(str(doc.get('source')))}"
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Review: {e(str(doc.source))}"
              f"</title><style>{_CSS}</style></head><body><div id='findings'>",
-             f"<h1>Review of {e(str(doc.get('source')))}</h1>",
-             f"<p class='muted'>{doc.get('num_tokens')} tokens, {doc.get('num_pages')} pages, "
-             f"attention: {e(str(doc.get('attention')))}</p>"]
+             f"<h1>Review of {e(str(doc.source))}</h1>",
+             f"<p class='muted'>{doc.num_tokens} tokens, {doc.num_pages} pages, "
+             f"attention: {e(str(doc.attention))}</p>"]
     anchors = {id(c): f"clause-{i}" for i, c in enumerate(report.clauses)}
     if report.summary:
         parts.append("<h2>Summary</h2><ol>")

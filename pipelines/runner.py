@@ -18,6 +18,9 @@ from typing import Any
 import ray
 from tqdm.auto import tqdm
 
+from agentctx.agents.actor import AgentActor, AgentTaskResult
+from agentctx.agents.base import AgentTask
+from agentctx.context import ContextInfo
 from agentctx.pipelines.dsl import PipelineSpec, StepSpec
 
 __all__ = ["PipelineRunner", "PipelineResult", "StepResult", "PipelineError"]
@@ -47,9 +50,13 @@ class StepResult:
 @dataclass
 class PipelineResult:
     pipeline: str
-    context_id: str
+    context: ContextInfo  # the document the pipeline ran over
     steps: dict[str, StepResult]
     seconds: float
+
+    @property
+    def context_id(self) -> str:
+        return self.context.context_id
 
     def outputs(self, step: str) -> list[dict]:
         return self.steps[step].ok_outputs
@@ -59,7 +66,7 @@ class PipelineResult:
 class _Task:
     step: str
     index: int
-    payload: dict[str, Any]
+    payload: AgentTask
     attempt: int = 0
 
 
@@ -70,30 +77,27 @@ class PipelineRunner:
         self.fail_fast = fail_fast
 
     # ------------------------------------------------------------------ expansion
-    def _tasks(self, step: StepSpec, spec: PipelineSpec, ctx, results: dict[str, StepResult]) -> list[dict]:
+    def _tasks(self, step: StepSpec, spec: PipelineSpec, ctx, results: dict[str, StepResult]) -> list[AgentTask]:
         base = dict(step.task)
         if step.inputs:
             base["inputs"] = {n: results[n].ok_outputs for n in step.inputs}
         if step.over is None:
-            return [base]
-        if step.over == "sections":
+            items = [base]
+        elif step.over == "sections":
             per = spec.section_pages or self.runtime.config.section_pages
-            return [dict(base, section=i, pages=pages) for i, pages in enumerate(ctx.section_pages(per))]
-        if step.source_step:
+            items = [dict(base, section=i, pages=pages) for i, pages in enumerate(ctx.section_pages(per))]
+        elif step.source_step:
             outs = results[step.source_step].ok_outputs
             if step.when:
                 outs = [o for o in outs if o.get(step.when)]
-            return [dict(base, input=o) for o in outs]
-        return [dict(base, **item) for item in step.over]
+            items = [dict(base, input=o) for o in outs]
+        else:
+            items = [dict(base, **item) for item in step.over]
+        return [AgentTask.model_validate(item) for item in items]
 
     def _actor(self, step: StepSpec, context_id: str, tenant: str):
-        from agentctx.agents.actor import AgentActor
-        from agentctx.runtime import RETRIEVAL_ACTOR
-
-        cfg = self.runtime.config
-        return AgentActor.remote(step.agent.model_dump(), context_id, tenant, self.runtime.client,
-                                 self.runtime.policy.model_dump(), cfg.store.redis_url, cfg.store.namespace,
-                                 RETRIEVAL_ACTOR)
+        rt = self.runtime
+        return AgentActor.remote(step.agent, context_id, tenant, rt.client, rt.policy, rt.store, rt.retrieval)
 
     # ------------------------------------------------------------------ run
     def run(self, spec: PipelineSpec, context_id: str, tenant: str = "default") -> PipelineResult:
@@ -148,8 +152,8 @@ class PipelineRunner:
                     if ref in done:
                         del in_flight[ref]
                         try:
-                            out = ray.get(ref)
-                            error = out["error"]
+                            out: AgentTaskResult | None = ray.get(ref)
+                            error = out.error
                         except ray.exceptions.RayError as exc:  # actor died: replace it
                             out, error = None, f"{type(exc).__name__}: {exc}"
                             self._replace_actor(step, actor, actors, context_id, tenant)
@@ -162,8 +166,8 @@ class PipelineRunner:
                         continue
                     res = results[task.step]
                     if error is None:
-                        res.outputs[task.index] = out["output"]
-                        for k, v in out["stats"].items():
+                        res.outputs[task.index] = out.output
+                        for k, v in out.stats.items():
                             res.stats[k] = res.stats.get(k, 0) + v
                     elif task.attempt <= step.retries:
                         log.warning("step %s task %d failed (attempt %d), retrying: %s", task.step, task.index,
@@ -184,7 +188,7 @@ class PipelineRunner:
             for name in list(actors):
                 self._close_actors(actors.pop(name))
             ctx.close()
-        return PipelineResult(spec.name, context_id, results, time.perf_counter() - t_start)
+        return PipelineResult(spec.name, ctx.info, results, time.perf_counter() - t_start)
 
     def _replace_actor(self, step, actor, actors, context_id, tenant) -> None:
         pool = actors[step.name]

@@ -10,41 +10,45 @@ from __future__ import annotations
 import time
 import traceback
 import uuid
-from typing import Any
+from dataclasses import dataclass
 
 import ray
+
+from agentctx.agents.base import ROLES, AgentSpec, AgentTask
+from agentctx.context import Context
+from agentctx.retrieval.policy import SelectionPolicy
 
 __all__ = ["AgentActor", "AgentTaskResult"]
 
 
-def AgentTaskResult(output: dict | None, error: str | None, stats: dict, seconds: float) -> dict:
-    """Plain dict (crosses Ray cheaply): output or error, with the agent's call stats."""
-    return {"output": output, "error": error, "stats": stats, "seconds": seconds}
+@dataclass(frozen=True)
+class AgentTaskResult:
+    """What one task gave: the output (JSON-ready) or the error, with the agent's call stats for it."""
+
+    output: dict | None
+    error: str | None
+    stats: dict[str, float]
+    seconds: float
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class AgentActor:
-    def __init__(self, spec: dict, context_id: str, tenant: str, client, policy: dict,
-                 redis_url: str | None, namespace: str, retrieval_actor: str):
-        from agentctx.agents import ROLES, AgentSpec
-        from agentctx.context import Context
-        from agentctx.kv_store import KVStore
-        from agentctx.retrieval.policy import SelectionPolicy
+    """``store`` is a KVStore client (it travels by address); ``retrieval`` the retrieval actor's handle."""
 
-        self.spec = AgentSpec.model_validate(spec)
-        if self.spec.role not in ROLES:
-            raise ValueError(f"unknown agent role {self.spec.role!r}; known: {sorted(ROLES)}")
-        store = KVStore.connect_cached(redis_url, namespace)
-        holder = f"agent-{self.spec.display_name}-{uuid.uuid4().hex[:8]}"
+    def __init__(self, spec: AgentSpec, context_id: str, tenant: str, client, policy: SelectionPolicy, store,
+                 retrieval):
+        if spec.role not in ROLES:
+            raise ValueError(f"unknown agent role {spec.role!r}; known: {sorted(ROLES)}")
+        self.spec = spec
+        holder = f"agent-{spec.display_name}-{uuid.uuid4().hex[:8]}"
         handle = store.open(context_id, tenant, holder_id=holder)
-        retrieval = ray.get_actor(retrieval_actor, namespace=namespace)
-        self.ctx = Context(handle, client, retrieval, SelectionPolicy.model_validate(policy))
-        self.agent = ROLES[self.spec.role](self.spec)
+        self.ctx = Context(handle, client, retrieval, policy)
+        self.agent = ROLES[spec.role](spec)
 
     def holder_id(self) -> str:
         return self.ctx.handle.holder_id
 
-    def run(self, task: dict[str, Any]) -> dict:
+    def run(self, task: AgentTask) -> AgentTaskResult:
         t0 = time.perf_counter()
         before = self.agent.stats.model_copy()
         try:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentctx.context import Context
 from agentctx.retrieval.policy import AttendPlan, SelectionPolicy
 
-__all__ = ["AgentSpec", "Agent", "ContextLLM", "ROLES", "register_role", "CallStats"]
+__all__ = ["AgentSpec", "AgentTask", "Agent", "ContextLLM", "ROLES", "register_role", "CallStats"]
 
 
 class AgentSpec(BaseModel):
@@ -30,6 +30,31 @@ class AgentSpec(BaseModel):
     @property
     def display_name(self) -> str:
         return self.name or self.role
+
+
+class AgentTask(BaseModel):
+    """One task for an agent, as a pipeline step's fan-out makes it (``over`` items, ``task`` fields).
+
+    The built-in roles read the named fields; any other field a pipeline sets is kept
+    (``model_extra``) for roles of one's own.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    section: int = Field(0, ge=0, description="over='sections': index of the section")
+    pages: list[int] | None = Field(None, description="over='sections': the section's pages (summarizer)")
+    clause: str | None = Field(None, description="Clause kind to extract (clause_extractor)")
+    question: str | None = Field(None, description="Question to answer (qa)")
+    input: dict[str, Any] | None = Field(None, description="over='step:<name>': one output of that step")
+    inputs: dict[str, list[dict[str, Any]]] = Field(
+        default_factory=dict, description="Fan-in: the outputs of the steps named in the step's inputs")
+
+    def need(self, field: str, role: str) -> Any:
+        """The value of a field the role cannot work without."""
+        value = getattr(self, field)
+        if value is None:
+            raise ValueError(f"{role} task needs {field!r}")
+        return value
 
 
 class CallStats(BaseModel):
@@ -112,4 +137,4 @@ class Agent(ABC):
         return head + body
 
     @abstractmethod
-    def run(self, ctx: Context, task: dict[str, Any]) -> BaseModel: ...
+    def run(self, ctx: Context, task: AgentTask) -> BaseModel: ...

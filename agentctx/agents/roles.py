@@ -9,9 +9,7 @@ source (agentctx.citations).
 from __future__ import annotations
 
 import re
-from typing import Any
-
-from agentctx.agents.base import Agent, register_role
+from agentctx.agents.base import Agent, AgentTask, register_role
 from agentctx.agents.taxonomy import CLAUSE_TAXONOMY, ClauseKind
 from agentctx.citations import Citation, locate_quote
 from agentctx.context import Context
@@ -70,8 +68,8 @@ class Summarizer(Agent):
     role = "summarizer"
     output_schema = SectionSummary
 
-    def run(self, ctx: Context, task: dict[str, Any]) -> SectionSummary:
-        pages = [int(p) for p in task["pages"]]
+    def run(self, ctx: Context, task: AgentTask) -> SectionSummary:
+        pages = [int(p) for p in task.need("pages", self.role)]
         plan = None if self.spec.dense else ctx.pages_plan(pages, self.spec.policy)
         start, end = ctx.char_spans[pages[0]][0], ctx.char_spans[pages[-1]][1]
         body = (f'Question: In one sentence, what does the part of the document beginning "'
@@ -80,7 +78,7 @@ class Summarizer(Agent):
                                                stop=("\n",)).strip()
         page = pages[0]
         return SectionSummary(
-            section=int(task.get("section", 0)), pages=pages, summary=summary,
+            section=task.section, pages=pages, summary=summary,
             citation=Citation(page=page, page_id=ctx.page_ids[page], char_start=start, char_end=end,
                               quote=_snippet(ctx.text[start:end], 160), verified=True),
         )
@@ -126,8 +124,8 @@ class ClauseExtractor(Agent):
     output_schema = ClauseFinding
     shortlist = 4
 
-    def run(self, ctx: Context, task: dict[str, Any]) -> ClauseFinding:
-        kind = CLAUSE_TAXONOMY[task["clause"]]
+    def run(self, ctx: Context, task: AgentTask) -> ClauseFinding:
+        kind = CLAUSE_TAXONOMY[task.need("clause", self.role)]
         ranking = ctx.plan(kind.query, self.spec.policy)  # candidates come from retrieval in both modes
         plan = None if self.spec.dense else ranking
         util = plan.utilization if plan is not None else 1.0
@@ -155,8 +153,8 @@ class RiskAssessor(Agent):
     role = "risk_assessor"
     output_schema = RiskFinding
 
-    def run(self, ctx: Context, task: dict[str, Any]) -> RiskFinding:
-        clause = ClauseFinding.model_validate(task["input"])
+    def run(self, ctx: Context, task: AgentTask) -> RiskFinding:
+        clause = ClauseFinding.model_validate(task.need("input", self.role))
         quote = clause.citation.quote if clause.citation else clause.quote
         plan = self.plan(ctx, quote or clause.kind)
         body = risk_prompt(clause.kind.replace("_", " "), quote)
@@ -173,8 +171,8 @@ class QuestionAnswerer(Agent):
     role = "qa"
     output_schema = Answer
 
-    def run(self, ctx: Context, task: dict[str, Any]) -> Answer:
-        question = str(task["question"]).strip()
+    def run(self, ctx: Context, task: AgentTask) -> Answer:
+        question = str(task.need("question", self.role)).strip()
         if not question:
             raise ValueError("qa task has an empty question")
         plan = self.plan(ctx, question)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ClauseKind", "CLAUSE_TAXONOMY", "CLAUSE_KINDS"]
+__all__ = ["ClauseKind", "CLAUSE_TAXONOMY", "CLAUSE_KINDS", "check_clause_kinds"]
 
 
 @dataclass(frozen=True)
@@ -38,3 +38,12 @@ CLAUSE_TAXONOMY: dict[str, ClauseKind] = {
     ]
 }
 CLAUSE_KINDS: tuple[str, ...] = tuple(CLAUSE_TAXONOMY)
+
+
+def check_clause_kinds(kinds) -> tuple[str, ...]:
+    """The kinds as a tuple; ValueError naming the unknown ones and the known ones."""
+    kinds = tuple(kinds)
+    bad = [k for k in kinds if k not in CLAUSE_TAXONOMY]
+    if bad:
+        raise ValueError(f"unknown clause kinds {bad}; known: {', '.join(CLAUSE_KINDS)}")
+    return kinds

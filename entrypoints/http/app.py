@@ -718,12 +718,9 @@ class JobManager:
         cid, tenant = job["context_id"], job["tenant"]
         result = PipelineRunner(rt, progress=False).run(spec, cid, tenant)
         if payload.get("report"):
-            from agentctx.pipelines.document_review import build_report
+            from agentctx.pipelines.report import build_report
 
-            rec = rt.store.get_record(cid, tenant)
-            document = {"context_id": cid, "num_tokens": rec.num_tokens, "num_pages": len(rec.page_ids),
-                        "page_size": (rec.extra or {}).get("page_size")}
-            return build_report(result, document, rt.client.info()).model_dump(mode="json")
+            return build_report(result, rt.client.info()).model_dump(mode="json")
         return {"pipeline": result.pipeline, "context_id": cid, "seconds": round(result.seconds, 3),
                 "steps": {n: {"outputs": s.outputs, "errors": s.errors, "attempts": s.attempts,
                               "seconds": round(s.seconds, 3), "stats": s.stats} for n, s in result.steps.items()}}
@@ -754,13 +751,12 @@ def resolve_pipeline(name: str, body: PipelineRunRequest, cfg: AgentctxConfig) -
         if opts is not None:
             kwargs.update(summarize=opts.summarize, dense=opts.dense)
             if opts.clause_kinds is not None:
-                from agentctx.agents import CLAUSE_KINDS
+                from agentctx.agents import check_clause_kinds
 
-                bad = [k for k in opts.clause_kinds if k not in CLAUSE_KINDS]
-                if bad:
-                    raise APIError(422, f"unknown clause kinds {bad}; known: {list(CLAUSE_KINDS)}",
-                                   param="options.clause_kinds")
-                kwargs["clause_kinds"] = tuple(opts.clause_kinds)
+                try:
+                    kwargs["clause_kinds"] = check_clause_kinds(opts.clause_kinds)
+                except ValueError as exc:
+                    raise APIError(422, str(exc), param="options.clause_kinds") from None
         return review_pipeline(**kwargs).model_dump(mode="json"), True
     if body.options is not None:
         raise APIError(422, "options apply to document_review only", param="options")

@@ -104,5 +104,5 @@ def test_review_writes_json_and_html(runtime, tmp_path):
     assert data["stats"]["prefills_on_replica"] >= 1 and 0 < data["stats"]["effective_context_utilization"] <= 1
     html = (tmp_path / "report.html").read_text()
     assert "<mark id=\"clause-" in html or not any(c.present for c in report.clauses)
-    holders = runtime.store.holders(report.document["context_id"])
+    holders = runtime.store.holders(report.document.context_id)
     assert holders == {}  # the review released its reference

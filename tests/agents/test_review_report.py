@@ -1,7 +1,7 @@
 """The review report's notes: a warning when every risk got the same severity."""
 
 from agentctx.findings import RiskFinding
-from agentctx.pipelines.document_review import ReviewReport, severity_note
+from agentctx.pipelines.report import ReviewDocument, ReviewReport, severity_note
 from agentctx.pipelines.report_html import render_html
 
 
@@ -31,7 +31,8 @@ def test_findings_without_probabilities_still_get_the_note():
 
 def test_html_shows_the_note_and_each_choices_probability():
     risks = [_risk("a", "high", 0.5), _risk("b", "high", 0.7), _risk("c", "high", 0.9)]
-    report = ReviewReport(document={"source": "x"}, risks=risks, notes=[severity_note(risks)])
+    doc = ReviewDocument(source="x", context_id="c", num_tokens=1, num_pages=1, page_size=256)
+    report = ReviewReport(document=doc, risks=risks, notes=[severity_note(risks)])
     html = render_html(report, "text")
     assert "Note: all 3 risks were rated &#x27;high&#x27;" in html or "Note: all 3 risks were rated 'high'" in html
     assert "(p=0.70)" in html and "(p=0.90)" in html

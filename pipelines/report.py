@@ -1,0 +1,98 @@
+"""The review report: typed findings, run statistics and notes for a reader (JSON; HTML in report_html)."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, Field, model_serializer
+
+from agentctx.context import ContextInfo
+from agentctx.findings import ClauseFinding, RiskFinding, SectionSummary
+from agentctx.pipelines.runner import PipelineResult
+
+__all__ = ["ReviewDocument", "ReviewReport", "build_report", "severity_note", "report_summary_line"]
+
+
+class ReviewDocument(BaseModel):
+    """What a review report says about its document. Fields left unset are left out of the JSON."""
+
+    source: str | None = Field(None, description="File name the document came from")
+    context_id: str
+    num_tokens: int
+    num_pages: int
+    page_size: int | None
+    char_spans: list[tuple[int, int]] | None = Field(None, description="Character span of each page")
+    prefill_s: float | None = None
+    index_s: float | None = None
+    attention: str | None = Field(None, description="dense or block-selected")
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler):
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    @classmethod
+    def of(cls, info: ContextInfo, **details) -> "ReviewDocument":
+        return cls(context_id=info.context_id, num_tokens=info.num_tokens, num_pages=info.num_pages,
+                   page_size=info.page_size, **details)
+
+
+class ReviewReport(BaseModel):
+    document: ReviewDocument
+    summary: list[SectionSummary] = Field(default_factory=list)
+    clauses: list[ClauseFinding] = Field(default_factory=list)
+    risks: list[RiskFinding] = Field(default_factory=list)
+    stats: dict = Field(default_factory=dict)
+    errors: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="What a reader should know about the findings")
+
+    @property
+    def verified_share(self) -> float:
+        cited = [c for c in self.clauses if c.present]
+        return sum(c.verified for c in cited) / len(cited) if cited else 0.0
+
+
+def severity_note(risks: list[RiskFinding]) -> str | None:
+    """A warning when the model rated every clause alike: its severities then rank nothing.
+
+    Seen with the embedded 270M base model, which says "high" for every clause (BENCHMARKS
+    §4f); the note is computed from the findings, so a model that discriminates gets none."""
+    if len(risks) < 3 or len({r.severity for r in risks}) > 1:
+        return None
+    sev = risks[0].severity
+    shares = [r.severity_probs.get(sev) for r in risks if r.severity_probs]
+    mean = f"; mean probability of '{sev}' {sum(shares) / len(shares):.2f}" if shares else ""
+    return (f"all {len(risks)} risks were rated '{sev}'{mean}: on this document the model's severity does not "
+            f"tell the clauses apart, so treat it as unranked and read each clause")
+
+
+def build_report(result: PipelineResult, replica_info: dict, **document) -> ReviewReport:
+    """The report of a review pipeline's result; ``document``: details beyond the context's own
+    (see :class:`ReviewDocument`)."""
+    steps = result.steps
+    summary = [SectionSummary.model_validate(o) for o in result.outputs("summarize")] if "summarize" in steps else []
+    clauses = [ClauseFinding.model_validate(o) for o in result.outputs("clauses")]
+    risks = [RiskFinding.model_validate(o) for o in result.outputs("risks")]
+    calls = sum(s.stats.get("calls", 0) for s in steps.values())
+    attended = sum(s.stats.get("attended_tokens", 0) for s in steps.values())
+    context = sum(s.stats.get("context_tokens", 0) for s in steps.values())
+    report = ReviewReport(document=ReviewDocument.of(result.context, **document), summary=summary, clauses=clauses, risks=risks,
+                          errors=[f"{n}: {e}" for n, s in steps.items() for e in s.errors],
+                          notes=[n for n in (severity_note(risks),) if n])
+    report.stats = {
+        "pipeline_s": round(result.seconds, 2),
+        "step_s": {n: round(s.seconds, 2) for n, s in steps.items()},
+        "model_calls": calls,
+        "effective_context_utilization": round(attended / context, 4) if context else None,
+        "clauses_found": sum(c.present for c in clauses),
+        "verified_citation_share": round(report.verified_share, 4),
+        "prefills_on_replica": replica_info.get("prefills"),
+        "replica": {k: replica_info.get(k) for k in ("model_id", "device", "dtype", "kv_bytes_per_token",
+                                                     "decode_batching")},
+    }
+    return report
+
+
+def report_summary_line(report: ReviewReport) -> str:
+    s = report.stats
+    return json.dumps({k: s.get(k) for k in ("total_s", "clauses_found", "verified_citation_share",
+                                             "effective_context_utilization", "prefills_on_replica")})
