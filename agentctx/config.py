@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentctx.common import settings
 from agentctx.retrieval.policy import SelectionPolicy
+from agentctx.serving.config import EngineConfig, ReplicaConfig
 
 __all__ = ["AgentctxConfig", "ModelConfig", "StoreConfig", "ServeConfig", "load_config"]
 
@@ -57,14 +58,19 @@ class ModelConfig(_Strict):
     vllm_max_model_len: int | None = Field(None, ge=256, description="vLLM max_model_len; None = the model's")
 
     @model_validator(mode="after")
-    def _chunk_multiple(self) -> "ModelConfig":
-        if self.prefill_chunk_tokens % self.page_size:
-            raise ValueError(
-                f"prefill_chunk_tokens ({self.prefill_chunk_tokens}) must be a multiple of page_size ({self.page_size})"
-            )
-        if self.dtype not in (None, "float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+    def _engine_checks(self) -> "ModelConfig":
+        self.engine_config()  # the serving layer's own checks (chunk a multiple of the page, dtype)
         return self
+
+    def engine_config(self) -> EngineConfig:
+        """What the serving layer builds a replica's engine from."""
+        return EngineConfig(
+            engine=self.engine, path=self.path, tokenizer=self.tokenizer, page_size=self.page_size,
+            prefill_chunk_tokens=self.prefill_chunk_tokens, max_context_tokens=self.max_context_tokens,
+            device=self.device, dtype=self.dtype, device_cache_bytes=self.device_cache_bytes,
+            query_mode=self.query_mode, fused_norms=self.fused_norms, fused_rope=self.fused_rope,
+            fused_proj=self.fused_proj, decode_batch=self.decode_batch, decode_gather_s=self.decode_gather_ms / 1000,
+            vllm_kv_cache_gib=self.vllm_kv_cache_gib, vllm_max_model_len=self.vllm_max_model_len)
 
 
 class StoreConfig(_Strict):
@@ -97,6 +103,14 @@ class AgentctxConfig(_Strict):
     retrieval: SelectionPolicy = Field(default_factory=lambda: SelectionPolicy(top_k_pages=8, recent_tokens=256))
     section_pages: int = Field(16, ge=1, description="Pages per section of the coarse index")
     max_concurrent_agents: int = Field(4, ge=1, description="Agents running at once in a pipeline")
+
+    def replica_config(self) -> ReplicaConfig:
+        """What the serving layer deploys the model replicas from."""
+        s = self.serve
+        return ReplicaConfig(engine=self.model.engine_config(), redis_url=self.store.redis_url,
+                             namespace=self.store.namespace, num_replicas=s.num_replicas,
+                             num_gpus_per_replica=s.num_gpus_per_replica, max_ongoing_requests=s.max_ongoing_requests,
+                             max_queued_requests=s.max_queued_requests, retry_after_s=s.retry_after_s)
 
     @model_validator(mode="after")
     def _policy_page_size(self) -> "AgentctxConfig":

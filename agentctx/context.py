@@ -66,7 +66,7 @@ class Context:
     @property
     def text(self) -> str:
         if self._text is None:
-            from agentctx.retrieval_service import DOC_BLOB, decode_doc_blob
+            from agentctx.kv_store.doc_blob import DOC_BLOB, decode_doc_blob
 
             self._text, _ = decode_doc_blob(self.handle.get_blob(DOC_BLOB))
         return self._text

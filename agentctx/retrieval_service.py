@@ -9,30 +9,17 @@ on-disk cache, so a rebuild embeds nothing again.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 
+from agentctx.kv_store.doc_blob import DOC_BLOB, decode_doc_blob
 from agentctx.retrieval.document import DocumentIndex
 from agentctx.retrieval.embedding import Embedder
 from agentctx.retrieval.policy import AttendPlan, SelectionPolicy, plan
 
-__all__ = ["RetrievalService", "DOC_BLOB", "encode_doc_blob", "decode_doc_blob"]
+__all__ = ["RetrievalService"]
 
 log = logging.getLogger(__name__)
-DOC_BLOB = "document"
-
-
-def encode_doc_blob(text: str, offsets: list[tuple[int, int]]) -> bytes:
-    """The document text and token offsets as one blob (what an index rebuild needs)."""
-    return json.dumps({"text": text, "offsets": [list(o) for o in offsets]}).encode()
-
-
-def decode_doc_blob(data: bytes) -> tuple[str, list[tuple[int, int]]]:
-    obj = json.loads(bytes(data).decode())
-    return obj["text"], [tuple(o) for o in obj["offsets"]]
-
-
 class RetrievalService:
     """Per-context page indices; ``plan`` turns a query into an AttendPlan."""
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from agentctx.common import settings
 from agentctx.config import AgentctxConfig
 from agentctx.context import Context
-from agentctx.retrieval_service import DOC_BLOB, RetrievalService, encode_doc_blob
+from agentctx.kv_store.doc_blob import DOC_BLOB, encode_doc_blob
+from agentctx.retrieval_service import RetrievalService
 
 __all__ = ["Runtime", "LoadResult", "context_id_for"]
 
@@ -93,7 +94,7 @@ class Runtime:
             name=RETRIEVAL_ACTOR, namespace=config.store.namespace, get_if_exists=True, num_cpus=0
         ).remote(config.model.page_size, config.section_pages, config.store.redis_url, config.store.namespace)
         log.info("starting model replica(s): %s", config.model.path or "embedded Gemma 3 270M")
-        client = ServeReplicaClient(deploy_replicas(config))
+        client = ServeReplicaClient(deploy_replicas(config.replica_config()))
         return cls(config, store, client, retrieval, owns_ray)
 
     # ------------------------------------------------------------------ contexts

@@ -8,7 +8,7 @@ import threading
 
 from ray import serve
 
-from agentctx.config import AgentctxConfig
+from agentctx.serving.config import ReplicaConfig
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ModelReplicaDeployment", "replica_app", "deploy_replicas", "deployment_options", "REPLICA_APP",
@@ -26,14 +26,13 @@ class ModelReplicaDeployment:
     health checks and cheap calls while a long prefill runs.
     """
 
-    def __init__(self, config: dict):
+    def __init__(self, config: ReplicaConfig):
         from agentctx.kv_store import KVStore
         from agentctx.serving.replica import ModelReplica
 
-        cfg = AgentctxConfig.model_validate(config)
-        _set_cpu_threads(cfg)
-        store = KVStore.connect_cached(cfg.store.redis_url, cfg.store.namespace)
-        self.replica = ModelReplica(cfg, store=store)
+        _set_cpu_threads(config)
+        store = KVStore.connect_cached(config.redis_url, config.namespace)
+        self.replica = ModelReplica(config.engine, store=store)
 
     @serve.multiplexed(max_num_models_per_replica=64)
     async def _context(self, context_id: str) -> str:
@@ -131,7 +130,7 @@ def repair_context(replica, context_id: str, tenant: str) -> int:
     hashes of their tokens, so prefilling the same text again reproduces the
     same ids and the greedy outputs over them are unchanged.
     """
-    from agentctx.retrieval_service import DOC_BLOB, decode_doc_blob
+    from agentctx.kv_store.doc_blob import DOC_BLOB, decode_doc_blob
 
     store = replica.store
     if store is None:
@@ -155,7 +154,7 @@ def repair_context(replica, context_id: str, tenant: str) -> int:
     return len(missing)
 
 
-def _set_cpu_threads(cfg: AgentctxConfig) -> None:
+def _set_cpu_threads(cfg: ReplicaConfig) -> None:
     """Ray sets OMP_NUM_THREADS=1 in an actor with num_cpus=0, which leaves a CPU replica on one
     core. Give a CPU replica the node's cores (shared by the replicas of the node), or
     AGENTCTX_REPLICA_THREADS."""
@@ -165,9 +164,9 @@ def _set_cpu_threads(cfg: AgentctxConfig) -> None:
 
     from agentctx.common import settings
 
-    if cfg.serve.num_gpus_per_replica > 0 or (cfg.model.device or "cpu").startswith("cuda"):
+    if cfg.num_gpus_per_replica > 0 or (cfg.engine.device or "cpu").startswith("cuda"):
         return
-    default = max(1, (os.cpu_count() or 1) // max(1, min(cfg.serve.num_replicas, os.cpu_count() or 1)))
+    default = max(1, (os.cpu_count() or 1) // max(1, min(cfg.num_replicas, os.cpu_count() or 1)))
     torch.set_num_threads(max(1, settings.env_int("REPLICA_THREADS", default)))
 
 
@@ -175,29 +174,27 @@ class StreamCancelled(Exception):
     """Raised inside a streaming generation whose consumer has gone away."""
 
 
-def deployment_options(cfg: AgentctxConfig) -> dict:
+def deployment_options(cfg: ReplicaConfig) -> dict:
     """Serve options of the model deployment (also what ``deploy/serve.yaml`` mirrors)."""
-    s = cfg.serve
     # On a CPU-only box the replica takes no Ray CPU slot: agents and the store
     # actor must still be schedulable on a 2-core machine.
     opts = {
-        "num_replicas": s.num_replicas,
-        "max_ongoing_requests": s.max_ongoing_requests,
-        "ray_actor_options": {"num_cpus": 0, "num_gpus": s.num_gpus_per_replica},
+        "num_replicas": cfg.num_replicas,
+        "max_ongoing_requests": cfg.max_ongoing_requests,
+        "ray_actor_options": {"num_cpus": 0, "num_gpus": cfg.num_gpus_per_replica},
     }
     # Beyond max_ongoing_requests per replica, at most max_queued_requests wait at
     # each caller; more raise BackPressureError (the HTTP ingress answers 503 + Retry-After).
-    queued = getattr(s, "max_queued_requests", -1)
-    if queued is not None and queued >= 0:
-        opts["max_queued_requests"] = queued
-        opts["backpressure_config"] = {"status_code": 503, "retry_after_s": getattr(s, "retry_after_s", 1.0)}
+    if cfg.max_queued_requests >= 0:
+        opts["max_queued_requests"] = cfg.max_queued_requests
+        opts["backpressure_config"] = {"status_code": 503, "retry_after_s": cfg.retry_after_s}
     return opts
 
 
-def replica_app(cfg: AgentctxConfig):
-    return ModelReplicaDeployment.options(**deployment_options(cfg)).bind(cfg.model_dump())
+def replica_app(cfg: ReplicaConfig):
+    return ModelReplicaDeployment.options(**deployment_options(cfg)).bind(cfg)
 
 
-def deploy_replicas(cfg: AgentctxConfig):
+def deploy_replicas(cfg: ReplicaConfig):
     """Start (or update) the model application and return its DeploymentHandle."""
     return serve.run(replica_app(cfg), name=REPLICA_APP, route_prefix=None)

@@ -20,8 +20,8 @@ import uuid
 
 import torch
 
-from agentctx.config import AgentctxConfig, ModelConfig
-from agentctx.retrieval.chunking import page_char_spans
+from agentctx.kv_store.paging import page_char_spans
+from agentctx.serving.config import EngineConfig
 from agentctx.serving.engine import Engine, LocalEngine
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
@@ -33,8 +33,8 @@ TOKENS_BLOB = "token_ids"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def build_engine(m: ModelConfig) -> Engine:
-    """The engine a replica runs, from the model section of the config."""
+def build_engine(m: EngineConfig) -> Engine:
+    """The engine a replica runs."""
     if m.engine == "vllm":
         from agentctx.serving.vllm_engine import VLLMEngine
 
@@ -55,21 +55,21 @@ def build_engine(m: ModelConfig) -> Engine:
         fused_rope=m.fused_rope,
         fused_proj=m.fused_proj,
         decode_batch=m.decode_batch,
-        decode_gather_s=m.decode_gather_ms / 1000,
+        decode_gather_s=m.decode_gather_s,
     )
 
 
 class ModelReplica:
     """Engine + store. ``store`` may be None for a store-less, single-process replica."""
 
-    def __init__(self, config: AgentctxConfig | dict | None = None, store=None, engine: Engine | None = None):
-        cfg = config if isinstance(config, AgentctxConfig) else AgentctxConfig.model_validate(config or {})
+    def __init__(self, config: EngineConfig | None = None, store=None, engine: Engine | None = None):
+        cfg = config or EngineConfig()
         self.config = cfg
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.store = store
-        self.engine = engine or build_engine(cfg.model)
-        if self.engine.page_size != cfg.model.page_size:
-            raise ValueError(f"engine page size {self.engine.page_size} != configured {cfg.model.page_size}")
+        self.engine = engine or build_engine(cfg)
+        if self.engine.page_size != cfg.page_size:
+            raise ValueError(f"engine page size {self.engine.page_size} != configured {cfg.page_size}")
         self.engine.page_loader = self._load_pages if store is not None else None
         self.metrics = {"requests": 0, "generated_tokens": 0, "pages_attended": 0, "ttft_s_sum": 0.0, "errors": 0}
 

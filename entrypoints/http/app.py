@@ -1315,7 +1315,7 @@ def app_builder(args: dict) -> Any:
     config): one application holding the model deployment and the HTTP ingress."""
     cfg = _config_from_args(args)
     ApiKeyAuth(cfg.serve.api_keys)  # fail the deploy now if an "env:" key is missing
-    return ingress_app(cfg, replica_app(cfg))
+    return ingress_app(cfg, replica_app(cfg.replica_config()))
 
 
 def start_http(cfg: AgentctxConfig, *, num_cpus: int | None = None):

@@ -83,10 +83,10 @@ def test_backpressure_gives_503_with_retry_after(stack, a, cid):
 
     from agentctx.serving.deployments import REPLICA_APP, ModelReplicaDeployment, deployment_options
 
-    opts = deployment_options(stack.cfg)
+    replica = stack.cfg.replica_config()
+    opts = deployment_options(replica)
     tight = dict(opts, max_ongoing_requests=1, max_queued_requests=1)
-    args = stack.cfg.model_dump()
-    serve.run(ModelReplicaDeployment.options(**tight).bind(args), name=REPLICA_APP, route_prefix=None)
+    serve.run(ModelReplicaDeployment.options(**tight).bind(replica), name=REPLICA_APP, route_prefix=None)
     try:
         time.sleep(1.0)  # the ingress's router picks up the new limits by long poll
         with ThreadPoolExecutor(8) as pool:
@@ -100,7 +100,7 @@ def test_backpressure_gives_503_with_retry_after(stack, a, cid):
         assert any(r.status_code == 200 for r in rs)
         assert 'agentctx_rejections_total{reason="busy"}' in a.get("/metrics").text
     finally:
-        serve.run(ModelReplicaDeployment.options(**opts).bind(args), name=REPLICA_APP, route_prefix=None)
+        serve.run(ModelReplicaDeployment.options(**opts).bind(replica), name=REPLICA_APP, route_prefix=None)
     assert stack.wait_no_holders([cid], timeout_s=10) == {}
 
 

@@ -24,4 +24,4 @@ def test_vllm_engine_without_vllm_names_the_install_command():
     from agentctx.serving.replica import build_engine
 
     with pytest.raises(VLLMUnavailableError, match="setup_vllm.sh"):
-        build_engine(ModelConfig(engine="vllm"))
+        build_engine(ModelConfig(engine="vllm").engine_config())

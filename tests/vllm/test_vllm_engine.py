@@ -35,7 +35,8 @@ def vllm_engine():
     from agentctx.config import ModelConfig
     from agentctx.serving.replica import build_engine
 
-    engine = build_engine(ModelConfig(engine="vllm", page_size=PAGE, vllm_kv_cache_gib=2, vllm_max_model_len=8192))
+    engine = build_engine(ModelConfig(engine="vllm", page_size=PAGE, vllm_kv_cache_gib=2,
+                                      vllm_max_model_len=8192).engine_config())
     assert isinstance(engine, VLLMEngine)
     yield engine
     engine.close()
@@ -163,7 +164,7 @@ def test_replica_publishes_token_pages_and_reloads_them(vllm_engine, loaded, doc
     store = KVStore.connect(redis_url, namespace=f"vllm-{uuid.uuid4().hex[:8]}")
     try:
         cfg = AgentctxConfig.model_validate({"model": {"engine": "vllm", "page_size": PAGE}})
-        replica = ModelReplica(cfg, store=store, engine=vllm_engine)
+        replica = ModelReplica(cfg.model.engine_config(), store=store, engine=vllm_engine)
         assert replica.info()["engine"] == "vllm"
         res = replica.prefill_context("c2", "acme", loaded)
         assert res.num_pages == -(-len(loaded.token_ids) // PAGE)

@@ -1,0 +1,69 @@
+"""What the serving layer is built from: plain, validated dataclasses (no pydantic, no user config).
+
+The runtime makes them from the user's configuration (``agentctx.config``: ``ModelConfig.engine_config()``,
+``AgentctxConfig.replica_config()``); tests and benchmarks construct them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentctx.common import settings
+
+__all__ = ["EngineConfig", "ReplicaConfig"]
+
+_DTYPES = (None, "float32", "bfloat16", "float16")
+_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One replica's engine. See ``agentctx.config.ModelConfig`` for what each field means."""
+
+    engine: str = "local"  # local | vllm
+    path: str | None = None  # None = the embedded Gemma 3 270M
+    tokenizer: str | None = None
+    page_size: int = field(default_factory=settings.page_size)
+    prefill_chunk_tokens: int = 1024
+    max_context_tokens: int = field(default_factory=settings.max_context_tokens)
+    device: str | None = None
+    dtype: str | None = None  # float32 | bfloat16 | float16 | None (by device)
+    device_cache_bytes: int = 8 << 30
+    query_mode: str = "auto"  # auto | eager | static | graph
+    fused_norms: str = "auto"
+    fused_rope: str = "auto"
+    fused_proj: str = "auto"
+    decode_batch: int = 8
+    decode_gather_s: float = 0.003
+    vllm_kv_cache_gib: float = 4.0
+    vllm_max_model_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("local", "vllm"):
+            raise ValueError(f"engine must be local or vllm, got {self.engine!r}")
+        if self.page_size < 1 or self.prefill_chunk_tokens % self.page_size:
+            raise ValueError(f"prefill_chunk_tokens ({self.prefill_chunk_tokens}) must be a multiple of "
+                             f"page_size ({self.page_size})")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.query_mode not in ("auto", "eager", "static", "graph"):
+            raise ValueError(f"query_mode must be auto, eager, static or graph, got {self.query_mode!r}")
+        for name in ("fused_norms", "fused_rope", "fused_proj"):
+            if getattr(self, name) not in _MODES:
+                raise ValueError(f"{name} must be auto, on or off, got {getattr(self, name)!r}")
+        if self.decode_batch < 1:
+            raise ValueError(f"decode_batch must be >= 1, got {self.decode_batch}")
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """A model deployment: its engine, the store it publishes to, and Ray Serve's limits."""
+
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    redis_url: str | None = None  # None = the store actor's in-process directory
+    namespace: str = "agentctx"
+    num_replicas: int = 1
+    num_gpus_per_replica: float = 0.0
+    max_ongoing_requests: int = 8
+    max_queued_requests: int = 64  # -1 = no cap
+    retry_after_s: float = 1.0
