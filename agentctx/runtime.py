@@ -1,15 +1,17 @@
 """Runtime: start (or join) Ray, connect the KV store, retrieval and model replicas.
 
-``Runtime.start()`` is the one entry point of the Python API and the CLI:
+``Runtime.start()`` is the one start path of the Python API, the CLI and the HTTP API:
 
     with Runtime.start() as rt:
         ctx = rt.load_context(text)          # tokenize, prefill once, index, publish
         plan = ctx.plan("termination fee")   # pages to attend
         ctx.generate("\\n\\nQuestion: ...\\nAnswer:", plan)
 
-A local Ray is started when no cluster address is given (``RAY_ADDRESS`` selects
-one). Without ``AGENTCTX_REDIS_URL`` the directory lives in a store-side actor of
-this Ray cluster, and the log says so.
+It starts (or joins) Ray, then the store actor, the retrieval actor and the model
+application, in that order. A local Ray is started when no cluster address is given
+(``RAY_ADDRESS`` selects one). Without ``AGENTCTX_REDIS_URL`` the directory lives in a
+store-side actor of this Ray cluster, and the log says so. ``Runtime.connect()`` is the
+same view from inside a running cluster (the HTTP ingress and its jobs actor).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from agentctx.context import Context
 from agentctx.kv_store.doc_blob import DOC_BLOB, encode_doc_blob
 from agentctx.retrieval_service import RetrievalService
 
-__all__ = ["Runtime", "LoadResult", "context_id_for"]
+__all__ = ["Runtime", "LoadResult", "context_id_for", "init_ray", "retrieval_actor", "RETRIEVAL_ACTOR"]
 
 log = logging.getLogger(__name__)
 RETRIEVAL_ACTOR = "agentctx-retrieval"
@@ -53,10 +55,36 @@ class LoadResult:
     total_s: float
 
 
+def init_ray(config: AgentctxConfig, *, num_cpus: int | None = None) -> bool:
+    """Join ``RAY_ADDRESS``'s cluster or start a local Ray (unless one is up); True when this call started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = settings.ray_address()
+    if address:
+        log.info("joining Ray cluster at %s", address)
+        ray.init(address=address, namespace=config.store.namespace, log_to_driver=False)
+        return False
+    log.info("no RAY_ADDRESS: starting a local Ray")
+    ray.init(num_cpus=num_cpus or os.cpu_count(), namespace=config.store.namespace, include_dashboard=False,
+             log_to_driver=False)
+    return True
+
+
+def retrieval_actor(config: AgentctxConfig):
+    """The namespace's retrieval service: one named actor, made by whoever asks first."""
+    import ray
+
+    return ray.remote(RetrievalService).options(
+        name=RETRIEVAL_ACTOR, namespace=config.store.namespace, get_if_exists=True, num_cpus=0
+    ).remote(config.model.page_size, config.section_pages, config.store.redis_url, config.store.namespace)
+
+
 class Runtime:
     """Handles to the store, the retrieval service and the model replicas of one cluster."""
 
-    def __init__(self, config: AgentctxConfig, store, client, retrieval, owns_ray: bool):
+    def __init__(self, config: AgentctxConfig, store, client, retrieval, owns_ray: bool = False):
         self.config = config
         self.store = store
         self.client = client
@@ -64,38 +92,50 @@ class Runtime:
         self._owns_ray = owns_ray
 
     @classmethod
-    def start(cls, config: AgentctxConfig | None = None, *, num_cpus: int | None = None) -> "Runtime":
-        import ray
+    def start(cls, config: AgentctxConfig | None = None, *, num_cpus: int | None = None,
+              http: bool = False) -> "Runtime":
+        """Start (or join) Ray, the store, the retrieval service and the model replicas.
 
-        from agentctx.kv_store import KVStore
+        ``http``: also start Serve's HTTP proxy on ``config.serve.host:port`` (the HTTP API's
+        ingress is then deployed onto it by ``agentctx.entrypoints.http.server``).
+        """
+        from ray import serve
+
         from agentctx.serving.client import ServeReplicaClient
         from agentctx.serving.deployments import deploy_replicas
 
         config = config or AgentctxConfig()
-        owns_ray = False
-        if not ray.is_initialized():
-            address = settings.ray_address()
-            if address:
-                log.info("joining Ray cluster at %s", address)
-                ray.init(address=address, namespace=config.store.namespace, log_to_driver=False)
-            else:
-                log.info("no RAY_ADDRESS: starting a local Ray")
-                ray.init(num_cpus=num_cpus or os.cpu_count(), namespace=config.store.namespace,
-                         include_dashboard=False, log_to_driver=False)
-                owns_ray = True
+        owns_ray = init_ray(config, num_cpus=num_cpus)
+        if http:
+            serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
         if config.store.redis_url:
             log.info("KV directory: Redis at %s", config.store.redis_url)
         else:
             log.warning("no AGENTCTX_REDIS_URL: KV directory is held in-process by the store actor "
                         "(not durable across a Ray restart; set a Redis URL for production)")
+        rt = cls.connect(config, None)
+        log.info("starting model replica(s): %s", config.model.path or "embedded Gemma 3 270M")
+        rt.client = ServeReplicaClient(deploy_replicas(config.replica_config()))
+        rt._owns_ray = owns_ray
+        return rt
+
+    @classmethod
+    def connect(cls, config: AgentctxConfig, client, retrieval=None) -> "Runtime":
+        """The runtime of a cluster that is up: connects the store, gets (or makes) the retrieval actor.
+
+        ``client`` reaches the model replicas (a ``ServeReplicaClient``); ``retrieval`` an actor
+        handle already held.
+        """
+        from agentctx.kv_store import KVStore
+
         store = KVStore.connect(config.store.redis_url, namespace=config.store.namespace,
                                 budget_bytes=config.store.budget_bytes, lease_ttl_s=config.store.lease_ttl_s)
-        retrieval = ray.remote(RetrievalService).options(
-            name=RETRIEVAL_ACTOR, namespace=config.store.namespace, get_if_exists=True, num_cpus=0
-        ).remote(config.model.page_size, config.section_pages, config.store.redis_url, config.store.namespace)
-        log.info("starting model replica(s): %s", config.model.path or "embedded Gemma 3 270M")
-        client = ServeReplicaClient(deploy_replicas(config.replica_config()))
-        return cls(config, store, client, retrieval, owns_ray)
+        return cls(config, store, client, retrieval if retrieval is not None else retrieval_actor(config))
+
+    @property
+    def owns_ray(self) -> bool:
+        """Whether this runtime started Ray (``shutdown`` then stops Serve and Ray)."""
+        return self._owns_ray
 
     # ------------------------------------------------------------------ contexts
     @property

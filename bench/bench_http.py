@@ -126,7 +126,7 @@ def phase_http(text: str, per_client: int, concurrency: list[int]) -> dict:
     import ray
 
     from agentctx.config import AgentctxConfig
-    from agentctx.entrypoints.http.app import start_http, stop_http
+    from agentctx.entrypoints.http.server import start_http, stop_http
 
     redis_proc, redis_url = start_redis()
     cfg = AgentctxConfig.model_validate({

@@ -88,7 +88,7 @@ def cmd_review(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from agentctx.entrypoints.http.app import serve_forever
+    from agentctx.entrypoints.http.server import serve_forever
 
     serve_forever(_config(args))
     return 0

@@ -1,6 +1,6 @@
 """A real HTTP stack for tests: Ray Serve on 127.0.0.1, tiny model, real Redis directory.
 
-``start_stack(cfg)`` runs what ``agentctx serve`` runs (``agentctx.entrypoints.http.app.start_http``)
+``start_stack(cfg)`` runs what ``agentctx serve`` runs (``agentctx.entrypoints.http.server.start_http``)
 inside the session's Ray; ``stop_stack`` deletes the apps and kills the
 namespace's actors so the next module starts clean.
 """
@@ -82,7 +82,7 @@ class Stack:
 def start_stack(cfg: AgentctxConfig) -> Stack:
     from ray import serve
 
-    from agentctx.entrypoints.http.app import start_http
+    from agentctx.entrypoints.http.server import start_http
 
     serve.shutdown()  # a fresh Serve on this stack's port
     rt, url = start_http(cfg)
@@ -103,7 +103,7 @@ def stop_stack(stack: Stack) -> None:
     import ray
 
     from agentctx.runtime import RETRIEVAL_ACTOR
-    from agentctx.entrypoints.http.app import stop_http
+    from agentctx.entrypoints.http.server import stop_http
 
     for c in stack.clients:
         c.close()

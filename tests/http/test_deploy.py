@@ -125,7 +125,7 @@ def test_serve_yaml_deploys_and_serves_healthz(ray_local, redis_url, tiny_ckpt):
         serve.shutdown()
         from agentctx.kv_store.store import ACTOR_NAME
         from agentctx.runtime import RETRIEVAL_ACTOR
-        from agentctx.entrypoints.http.app import JOBS_ACTOR
+        from agentctx.entrypoints.http.jobs import JOBS_ACTOR
 
         for name in (JOBS_ACTOR, RETRIEVAL_ACTOR, ACTOR_NAME):
             try:

@@ -1,0 +1,160 @@
+"""Background work of the HTTP API: pipeline runs and long context loads, in one named Ray actor.
+
+Any ingress replica can answer a status poll, and a run outlives the request that started it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import ray
+
+from agentctx.config import AgentctxConfig
+from agentctx.entrypoints.http.errors import unwrap
+from agentctx.pipelines.dsl import PipelineSpec
+from agentctx.pipelines.report import build_report
+from agentctx.pipelines.runner import PipelineRunner
+from agentctx.runtime import Runtime
+from agentctx.serving.client import ServeReplicaClient
+
+__all__ = ["Job", "LoadPayload", "PipelinePayload", "JobManager", "jobs_actor", "JOBS_ACTOR"]
+
+log = logging.getLogger(__name__)
+
+JOBS_ACTOR = "agentctx-jobs"
+
+
+@dataclass
+class Job:
+    """One background job as a status poll sees it."""
+
+    id: str
+    kind: Literal["load", "pipeline"]
+    tenant: str
+    context_id: str
+    pipeline: str | None = None  # kind "pipeline": the pipeline's name
+    status: Literal["queued", "running", "succeeded", "failed"] = "queued"
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    result: dict | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class LoadPayload:
+    text: str
+
+
+@dataclass(frozen=True)
+class PipelinePayload:
+    spec: PipelineSpec
+    report: bool  # the document review: return its ReviewReport rather than the raw step outputs
+
+
+class JobManager:
+    """Runs jobs in threads: at most ``max_running`` pipelines at a time (the rest queue), loads at once.
+
+    Records of the last ``max_jobs`` jobs are kept.
+    """
+
+    def __init__(self, config: AgentctxConfig, model_handle, max_running: int = 2, max_jobs: int = 1000):
+        self.cfg = config
+        self.client = ServeReplicaClient(model_handle, timeout_s=config.serve.request_timeout_s)
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._lock = threading.Lock()
+        self._slots = threading.Semaphore(max_running)
+        self._max_jobs = max_jobs
+        self._rt: Runtime | None = None
+
+    def ping(self) -> bool:
+        return True
+
+    def _runtime(self) -> Runtime:
+        with self._lock:
+            if self._rt is None:
+                self._rt = Runtime.connect(self.cfg, self.client)
+            return self._rt
+
+    def submit(self, job: Job, payload: LoadPayload | PipelinePayload) -> Job:
+        with self._lock:
+            self._jobs[job.id] = job
+            while len(self._jobs) > self._max_jobs:
+                old = next((k for k, j in self._jobs.items() if j.status in ("succeeded", "failed")), None)
+                if old is None:
+                    break
+                del self._jobs[old]
+            snapshot = replace(job)
+        threading.Thread(target=self._run, args=(job, payload), name=f"job-{job.id}", daemon=True).start()
+        return snapshot
+
+    def get(self, job_id: str, tenant: str) -> Job | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return replace(job) if job is not None and job.tenant == tenant else None
+
+    def find_load(self, tenant: str, context_id: str) -> Job | None:
+        with self._lock:
+            for job in reversed(self._jobs.values()):
+                if job.kind == "load" and job.tenant == tenant and job.context_id == context_id:
+                    return replace(job)
+        return None
+
+    def counts(self) -> dict:
+        with self._lock:
+            out: dict[str, int] = {}
+            for j in self._jobs.values():
+                out[j.status] = out.get(j.status, 0) + 1
+            return out
+
+    def _set(self, job: Job, **fields) -> None:
+        with self._lock:
+            for k, v in fields.items():
+                setattr(job, k, v)
+
+    def _run(self, job: Job, payload: LoadPayload | PipelinePayload) -> None:
+        slots = self._slots if job.kind == "pipeline" else None
+        if slots is not None:
+            slots.acquire()
+        try:
+            self._set(job, status="running", started_at=time.time())
+            if isinstance(payload, PipelinePayload):
+                result = self._run_pipeline(job, payload)
+            else:
+                result = self._run_load(job, payload)
+            self._set(job, status="succeeded", result=result, finished_at=time.time())
+        except Exception as exc:
+            inner = unwrap(exc)
+            log.warning("job %s failed: %s: %s", job.id, type(inner).__name__, inner)
+            self._set(job, status="failed", error=f"{type(inner).__name__}: {inner}"[:2000], finished_at=time.time())
+        finally:
+            if slots is not None:
+                slots.release()
+
+    def _run_load(self, job: Job, payload: LoadPayload) -> dict:
+        ctx, res = self._runtime().load_context(payload.text, job.tenant)
+        ctx.close()
+        return {"num_tokens": res.num_tokens, "num_pages": res.num_pages, "prefilled": res.prefilled,
+                "prefill_s": res.prefill_s, "index_s": res.index_s, "total_s": res.total_s}
+
+    def _run_pipeline(self, job: Job, payload: PipelinePayload) -> dict:
+        rt = self._runtime()
+        result = PipelineRunner(rt, progress=False).run(payload.spec, job.context_id, job.tenant)
+        if payload.report:
+            return build_report(result, rt.client.info()).model_dump(mode="json")
+        return {"pipeline": result.pipeline, "context_id": job.context_id, "seconds": round(result.seconds, 3),
+                "steps": {n: {"outputs": s.outputs, "errors": s.errors, "attempts": s.attempts,
+                              "seconds": round(s.seconds, 3), "stats": s.stats} for n, s in result.steps.items()}}
+
+
+def jobs_actor(cfg: AgentctxConfig, model_handle):
+    """The namespace's jobs actor (detached: it outlives the ingress replica that made it)."""
+    return ray.remote(JobManager).options(
+        name=JOBS_ACTOR, namespace=cfg.store.namespace, get_if_exists=True, lifetime="detached",
+        num_cpus=0, max_concurrency=32, max_restarts=1,
+    ).remote(cfg, model_handle)

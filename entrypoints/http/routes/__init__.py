@@ -1,0 +1,1 @@
+"""One FastAPI router per area of the API: contexts, queries, pipelines, OpenAI, operations."""

@@ -1,0 +1,315 @@
+"""ApiService: what the routes call. The runtime's pieces, auth, metrics, retries and limits.
+
+Blocking calls (Redis, ``ray.get``) run on a private thread pool so the ingress event loop
+stays free; model calls are awaited on the Serve handle. A request whose model replica dies
+is retried on another (or its restarted self) while no output has been sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import ray
+from pydantic import ValidationError
+from ray import serve
+
+from agentctx.config import AgentctxConfig
+from agentctx.entrypoints.auth import ApiKeyAuth
+from agentctx.entrypoints.http.errors import (
+    APIError,
+    is_replica_failure,
+    map_exception,
+    retry_headers,
+    unwrap,
+    validation_error,
+)
+from agentctx.entrypoints.http.jobs import jobs_actor
+from agentctx.entrypoints.metrics import HttpMetrics
+from agentctx.kv_store.errors import PagesMissingError, StoreError
+from agentctx.retrieval.policy import SelectionPolicy
+from agentctx.runtime import Runtime, context_id_for, retrieval_actor
+from agentctx.serving.client import ServeReplicaClient
+from agentctx.serving.deployments import REPLICA_APP
+from agentctx.serving.types import GenerateRequest, GenerateResult
+
+__all__ = ["ApiService", "service_of", "tenant_of", "wait", "EMPTY_DOCUMENT"]
+
+log = logging.getLogger(__name__)
+
+MODEL_DEPLOYMENT = "ModelReplica"
+EMPTY_DOCUMENT = "(no document)\n"
+REPLICA_RETRY_S = 25.0           # how long a request waits for a dead replica to be replaced
+FAILOVER_GRACE_S = 3.0           # a request retried after a replica death ends by then (+ the above)
+
+
+async def wait(ref):
+    """Await a Ray ObjectRef or a Serve response (both are awaitables)."""
+    return await ref
+
+
+class ApiService:
+    """What the routes call: the runtime's pieces, auth, metrics, retries and limits.
+
+    Blocking calls (Redis, ``ray.get``) run on a private thread pool so the
+    ingress event loop stays free; model calls are awaited on the Serve handle.
+    """
+
+    def __init__(self, cfg: AgentctxConfig, model_handle=None):
+        self.cfg = cfg
+        self.auth = ApiKeyAuth(cfg.serve.api_keys)
+        self.metrics = HttpMetrics()
+        self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="agentctx-http")
+        if model_handle is None:
+            model_handle = serve.get_deployment_handle(MODEL_DEPLOYMENT, app_name=REPLICA_APP)
+        self.handle = model_handle
+        self.client = ServeReplicaClient(model_handle, timeout_s=cfg.serve.request_timeout_s)
+        self.retrieval = retrieval_actor(cfg)
+        self.jobs = jobs_actor(cfg, model_handle)
+        self._rt = None
+        self._rt_lock = threading.Lock()
+        self._model_id: str | None = None
+        self._empty: dict[str, str] = {}
+        self._load_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.started_at = int(time.time())
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def retry_after_s(self) -> float:
+        return self.cfg.serve.retry_after_s
+
+    @property
+    def body_limit(self) -> int:
+        return self.cfg.serve.max_request_bytes
+
+    def runtime(self):
+        """The Runtime view of the cluster (connects the store on first use; blocking)."""
+        with self._rt_lock:
+            if self._rt is None:
+                self._rt = Runtime.connect(self.cfg, self.client, retrieval=self.retrieval)
+            return self._rt
+
+    async def call(self, fn, *args, **kwargs):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, functools.partial(fn, *args, **kwargs))
+
+    def close_later(self, ctx) -> None:
+        """Release a context reference without awaiting (safe in a cancelled task's finally)."""
+        if ctx is not None:
+            try:
+                self.pool.submit(ctx.close)
+            except RuntimeError:  # pool shut down
+                ctx.close()
+
+    async def model_id(self) -> str:
+        if self._model_id is None:
+            info = await self.model_call("info")
+            self._model_id = info["model_id"]
+            self.metrics.replicas.update(info)
+        return self._model_id
+
+    @property
+    def known_model_id(self) -> str | None:
+        """The model id once a call has fetched it (no call here)."""
+        return self._model_id
+
+    async def model_call(self, method: str, *args, context_id: str | None = None, timeout_s: float | None = None):
+        h = self.handle.options(multiplexed_model_id=context_id) if context_id else self.handle
+        resp = getattr(h, method).remote(*args)
+        try:
+            return await asyncio.wait_for(wait(resp), timeout_s or self.cfg.serve.request_timeout_s)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            resp.cancel()
+            raise
+
+    # ------------------------------------------------------------------ contexts
+    async def attach(self, context_id: str, tenant: str):
+        rt = await self.call(self.runtime)
+        return await self.call(rt.attach, context_id, tenant, None, f"http-{uuid.uuid4().hex[:12]}")
+
+    async def load(self, text: str, tenant: str):
+        """Load (or reattach) synchronously; returns the LoadResult (the reference is closed)."""
+        model_id = await self.model_id()
+        key = (tenant, context_id_for(model_id, tenant, text))
+        lock = self._load_locks.setdefault(key, asyncio.Lock())
+        try:
+            async with lock:  # one prefill per document even when uploaded twice at once
+                rt = await self.call(self.runtime)
+                try:
+                    ctx, res = await self.call(rt.load_context, text, tenant)
+                except BaseException:
+                    self.metrics.loads.labels("failed").inc()
+                    raise
+                self.close_later(ctx)
+        finally:
+            if not lock.locked():
+                self._load_locks.pop(key, None)
+        self.metrics.loads.labels("prefilled" if res.prefilled else "reattached").inc()
+        return res
+
+    def forget_empty(self, context_id: str | None = None, tenant: str | None = None) -> None:
+        """Drop the remembered empty document of a tenant, or whichever one is ``context_id``."""
+        for t, c in list(self._empty.items()):
+            if t == tenant or c == context_id:
+                self._empty.pop(t, None)
+
+    async def empty_context(self, tenant: str) -> str:
+        """The tenant's built-in empty document (OpenAI requests without ``context_id``)."""
+        cid = self._empty.get(tenant)
+        if cid is None:
+            res = await self.load(EMPTY_DOCUMENT, tenant)
+            cid = self._empty[tenant] = res.context_id
+        return cid
+
+    async def repair(self, context_id: str, tenant: str) -> int:
+        return await self.model_call("repair_context", context_id, tenant, context_id=context_id)
+
+    # ------------------------------------------------------------------ planning
+    def policy_for(self, dense: bool, budget_fraction: float | None, top_k_pages: int | None):
+        """None = dense; else the configured policy with the request's budget/top-k (422 if invalid)."""
+        if dense:
+            return None
+        base = self.cfg.retrieval
+        if budget_fraction is None and top_k_pages is None:
+            return base
+        fields = base.model_dump()
+        if budget_fraction is not None:
+            fields.update(budget_fraction=budget_fraction, budget_tokens=None, top_k_pages=None)
+        else:
+            fields.update(top_k_pages=top_k_pages, budget_fraction=None, budget_tokens=None)
+        try:
+            return SelectionPolicy.model_validate(fields)
+        except ValidationError as exc:
+            raise validation_error(exc) from None
+
+    async def plan(self, ctx, query: str, policy, param: str = "budget_fraction"):
+        """The AttendPlan of a query (None when dense)."""
+        if policy is None:
+            return None
+        ref = self.retrieval.plan.remote(ctx.context_id, ctx.tenant, query, policy)
+        try:
+            return await asyncio.wait_for(wait(ref), self.cfg.serve.request_timeout_s)
+        except asyncio.TimeoutError:
+            ray.cancel(ref)
+            raise self.error(TimeoutError("retrieval did not answer in time")) from None
+        except Exception as exc:
+            inner = unwrap(exc)
+            if isinstance(inner, ValueError) and not isinstance(inner, StoreError):
+                # e.g. a budget below the mandatory sink + recent pages
+                raise APIError(422, str(inner), code="invalid_budget", param=param) from None
+            raise self.error(inner) from None
+
+    def check_max_tokens(self, value: int, param: str) -> int:
+        limit = self.cfg.serve.max_new_tokens
+        if value > limit:
+            raise APIError(422, f"{param} must be <= {limit}", code="less_than_equal", param=param, limit=limit)
+        return value
+
+    # ------------------------------------------------------------------ generation
+    def _retry_deadline(self) -> float:
+        return time.monotonic() + min(REPLICA_RETRY_S, self.cfg.serve.request_timeout_s)
+
+    async def generate(self, req: GenerateRequest) -> GenerateResult:
+        """One generation; a dead replica is retried until a replacement answers (or 503)."""
+        deadline = time.monotonic() + self.cfg.serve.request_timeout_s
+        retry_until, backoff, repaired = self._retry_deadline(), 0.2, False
+        failed_over = False
+        while True:
+            try:
+                return await self.model_call("generate", req, context_id=req.context_id,
+                                              timeout_s=max(0.01, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise self._timeout_error(failed_over) from None
+            except Exception as exc:
+                inner = unwrap(exc)
+                if isinstance(inner, PagesMissingError) and not repaired:
+                    repaired = True
+                    await self.repair(req.context_id, req.tenant)
+                    continue
+                if is_replica_failure(inner) and time.monotonic() + backoff < retry_until:
+                    log.warning("model replica failed (%s); retrying in %.1f s", type(inner).__name__, backoff)
+                    # After a replica death the client gets an answer or a clear error within
+                    # the failover window, not after a full generation on the replacement.
+                    failed_over, deadline = True, min(deadline, retry_until + FAILOVER_GRACE_S)
+                    await asyncio.sleep(backoff)
+                    backoff = min(2.0, backoff * 2)
+                    continue
+                raise self.error(inner) from None
+
+    def _timeout_error(self, failed_over: bool) -> APIError:
+        if failed_over:
+            return APIError(503, "the model replica failed and its replacement did not finish in time; retry",
+                            type="service_unavailable", code="replica_unavailable",
+                            headers=retry_headers(self.retry_after_s))
+        return APIError(504, "the model did not answer in time", type="timeout", code="timeout",
+                        headers=retry_headers(self.retry_after_s))
+
+    async def stream(self, req: GenerateRequest) -> AsyncIterator[tuple[str, Any]]:
+        """``("delta", text)``... then ``("result", GenerateResult)``; retried while nothing was sent."""
+        deadline = time.monotonic() + self.cfg.serve.request_timeout_s
+        retry_until, backoff, repaired = self._retry_deadline(), 0.2, False
+        failed_over = False
+        while True:
+            gen = self.handle.options(stream=True, multiplexed_model_id=req.context_id).stream_events.remote(req)
+            sent = False
+            try:
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise asyncio.TimeoutError()
+                    try:
+                        kind, value = await asyncio.wait_for(gen.__anext__(), remaining)
+                    except StopAsyncIteration:
+                        raise APIError(502, "the model stream ended without a result", type="internal_error",
+                                       code="stream_truncated") from None
+                    sent = True
+                    yield kind, value
+                    if kind == "result":
+                        return
+            except (GeneratorExit, asyncio.CancelledError):
+                gen.cancel()
+                raise
+            except asyncio.TimeoutError:
+                gen.cancel()
+                raise self._timeout_error(failed_over) from None
+            except Exception as exc:
+                gen.cancel()
+                inner = unwrap(exc)
+                if not sent and isinstance(inner, PagesMissingError) and not repaired:
+                    repaired = True
+                    await self.repair(req.context_id, req.tenant)
+                    continue
+                if not sent and is_replica_failure(inner) and time.monotonic() + backoff < retry_until:
+                    log.warning("model replica failed before streaming (%s); retrying", type(inner).__name__)
+                    failed_over, deadline = True, min(deadline, retry_until + FAILOVER_GRACE_S)
+                    await asyncio.sleep(backoff)
+                    backoff = min(2.0, backoff * 2)
+                    continue
+                raise self.error(inner) from None
+
+    # ------------------------------------------------------------------ errors
+    def error(self, exc: BaseException) -> APIError:
+        return map_exception(exc, self.retry_after_s)
+
+    def count(self, err: APIError) -> APIError:
+        """Record a 503/504 that goes out to a client."""
+        if err.status in (503, 504):
+            self.metrics.rejections.labels(err.code or "unavailable").inc()
+        return err
+
+
+def service_of(request) -> ApiService:
+    """The ApiService of the app serving this request (set by ``create_app``)."""
+    return request.app.state.svc
+
+
+def tenant_of(request) -> str:
+    """The caller's tenant (set by the Guard from the API key)."""
+    return request.state.tenant
