@@ -12,26 +12,27 @@ Triton and flash-attn are optional and imported only when used.
 
 import sys as _sys
 
-if __name__ == "kernels":  # pragma: no cover - exercised in a subprocess by tests/test_namespace.py
+if __name__ == "kernels":  # pragma: no cover - exercised in subprocesses by tests/test_namespace.py
     # This folder is `agentctx.kernels`. It is found under the bare name `kernels` only when the
-    # checkout's root is on sys.path: `python -m`/`python -c` from the root, or a Ray worker (Ray
-    # puts the driver's working directory first on every worker's sys.path). That name belongs to
-    # Hugging Face's `kernels` distribution, which transformers >= 5.25 imports: hand it over.
-    # The import system returns what sys.modules holds once this body has run.
+    # checkout's root is on sys.path: `python -m`/`-c` from the root, and every Ray worker of a
+    # driver started there (Ray puts the driver's working directory first on its workers' path).
+    # That name belongs to Hugging Face's `kernels` distribution, which transformers probes and
+    # imports. Under it this folder acts as if it had no __init__.py, a PEP 420 namespace portion:
+    # the distribution when installed, else an empty namespace package (no __file__, which
+    # transformers reads as "not installed"). The import system returns what sys.modules holds.
     import importlib.machinery as _machinery
     import importlib.util as _util
     from pathlib import Path as _Path
 
     _root = _Path(__file__).resolve().parents[1]
-    _path = [p for p in _sys.path if _Path(p or ".").resolve() != _root]
-    _spec = _machinery.PathFinder.find_spec("kernels", _path)
+    _spec = _machinery.PathFinder.find_spec("kernels", [p for p in _sys.path if _Path(p or ".").resolve() != _root])
     if _spec is None:
-        del _sys.modules["kernels"]
-        raise ModuleNotFoundError("No module named 'kernels' (this checkout's kernels/ is agentctx.kernels)",
-                                  name="kernels")
+        _spec = _machinery.ModuleSpec("kernels", None, is_package=True)
+        _spec.submodule_search_locations = []
     _module = _util.module_from_spec(_spec)
     _sys.modules["kernels"] = _module
-    _spec.loader.exec_module(_module)
+    if _spec.loader is not None:
+        _spec.loader.exec_module(_module)
 else:
     from .attend_selected import attend_selected
     from .merge import merge_attention, merge_many

@@ -51,31 +51,28 @@ def test_no_generic_name_is_importable_outside_the_checkout(tmp_path):
 
 
 def test_bare_kernels_from_the_checkout_root_is_never_ours():
-    code = (
-        "import sys\n"
-        "try:\n"
-        "    import kernels\n"
-        "except ModuleNotFoundError as exc:\n"
-        "    print('absent', exc.name); sys.exit(0)\n"
-        "print('found', kernels.__file__)\n"
-    )
+    code = "import kernels\nprint(getattr(kernels, '__file__', None))\n"
     proc = _python(code, REPO)  # `-c` puts the working directory (the root) first on sys.path
     assert proc.returncode == 0, proc.stderr
-    kind, where = proc.stdout.split()
+    where = proc.stdout.strip()
     try:
         importlib.metadata.distribution("kernels")
         hub_installed = True
     except importlib.metadata.PackageNotFoundError:
         hub_installed = False
-    if hub_installed:
-        assert kind == "found" and not Path(where).resolve().is_relative_to(REPO), proc.stdout
-    else:
-        assert (kind, where) == ("absent", "kernels"), proc.stdout
+    if hub_installed:  # Hugging Face's distribution
+        assert where != "None" and not Path(where).resolve().is_relative_to(REPO), where
+    else:  # an empty namespace package, as the folder would be without its __init__.py
+        assert where == "None", where
 
 
-def test_transformers_hub_kernels_import_from_the_checkout_root():
-    pytest.importorskip("transformers")
-    proc = _python("import transformers.integrations.hub_kernels, transformers.modeling_utils", REPO)
+def test_transformers_and_sentence_transformers_import_from_the_checkout_root():
+    pytest.importorskip("sentence_transformers")
+    code = ("import transformers.integrations.hub_kernels, transformers.modeling_utils\n"
+            "import sentence_transformers.util.kernels\n"
+            "from transformers.utils import is_kernels_available\n"
+            "print(is_kernels_available())\n")
+    proc = _python(code, REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
