@@ -36,6 +36,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from agentctx.serving.decode import TokenLoop
+
 __all__ = [
     "Query",
     "Workload",
@@ -268,10 +270,6 @@ class AttentionTimer:
 
 
 # ---------------------------------------------------------------------------- peers
-def _argmax(logits: torch.Tensor) -> int:
-    return int(torch.argmax(logits))  # host sync: the token is known on the host
-
-
 class SharedPeer:
     """Dense reuse (``pages=None``) or agentctx (selected pages) over one shared prefill."""
 
@@ -305,18 +303,18 @@ class SharedPeer:
         tail = runner.new_tail(doc)
         if timer is not None:
             timer.take()
-        nxt = _argmax(runner.extend(doc, tail, q_ids, pages))
-        t1 = time.perf_counter()
-        attn_ttft = timer.take() if timer is not None else None
-        tokens: list[int] = []
-        steps = 0
-        while nxt not in stop_ids:
-            tokens.append(nxt)
-            if len(tokens) >= max_new_tokens:
-                break
-            nxt = _argmax(runner.extend(doc, tail, [nxt], pages))
-            steps += 1
+        marks: dict = {}
+
+        def first_token() -> None:  # the prompt's forward and its token pick are done
+            marks["t1"] = time.perf_counter()
+            marks["attn_ttft"] = timer.take() if timer is not None else None
+
+        loop = TokenLoop(runner.extend(doc, tail, q_ids, pages),
+                         lambda token, _allowed: runner.extend(doc, tail, [token], pages),
+                         max_new_tokens=max_new_tokens, stop_ids=stop_ids, on_first=first_token)
+        tokens = list(loop)
         t2 = time.perf_counter()
+        t1, attn_ttft, steps = marks.get("t1", t2), marks.get("attn_ttft"), loop.steps
         attn_dec = (timer.take() / steps) if (timer is not None and steps) else None
         n_pages = doc.num_pages if pages is None else len(pages)
         run = QueryRun(
@@ -343,7 +341,14 @@ class NaivePeer:
         chunk = self.chunk if self.chunk > 0 else n
         saved = model.config._attn_implementation
         model.config._attn_implementation = "sdpa"
-        cache = out = None
+        state: dict = {"cache": None, "out": None}
+
+        def forward(input_ids: torch.Tensor) -> torch.Tensor:
+            out = model(input_ids=input_ids, past_key_values=state["cache"], use_cache=True, logits_to_keep=1)
+            state["cache"], state["out"] = out.past_key_values, out
+            return out.logits[0, -1]
+
+        marks: dict = {}
         try:
             with warnings.catch_warnings():
                 # transformers >= 5.2x renames past_key_values -> cache; 5.17 only knows the old name.
@@ -351,25 +356,18 @@ class NaivePeer:
                 sync(self.device)
                 t0 = time.perf_counter()
                 for s in range(0, n, chunk):
-                    out = model(input_ids=ids[:, s : s + chunk], past_key_values=cache, use_cache=True, logits_to_keep=1)
-                    cache = out.past_key_values
-                nxt = _argmax(out.logits[0, -1])
-                t1 = time.perf_counter()
-                tokens: list[int] = []
-                steps = 0
-                while nxt not in stop_ids:
-                    tokens.append(nxt)
-                    if len(tokens) >= max_new_tokens:
-                        break
-                    step = torch.tensor([[nxt]], device=self.device)
-                    out = model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=1)
-                    cache = out.past_key_values
-                    nxt = _argmax(out.logits[0, -1])
-                    steps += 1
+                    logits = forward(ids[:, s : s + chunk])
+                loop = TokenLoop(logits, lambda token, _allowed: forward(torch.tensor([[token]], device=self.device)),
+                                 max_new_tokens=max_new_tokens, stop_ids=stop_ids,
+                                 on_first=lambda: marks.setdefault("t1", time.perf_counter()))
+                tokens = list(loop)
+                steps = loop.steps
                 t2 = time.perf_counter()
+                t1 = marks.get("t1", t2)
         finally:
             model.config._attn_implementation = saved
-            del cache, out, ids
+            state.clear()  # free the cache now
+            del ids
         return QueryRun(agent=-1, turn=-1, tokens=tokens, ttft_s=t1 - t0, decode_s=t2 - t1, decode_steps=steps,
                         attended_tokens=n - len(q_ids), pages_selected=0)
 

@@ -21,6 +21,7 @@ import torch
 from agentctx.kernels.tail_merge import first_call_results
 from agentctx.serving.model_loader import LoadedModel, load_model
 from agentctx.serving.copy_constraint import CopyConstraint
+from agentctx.serving.decode import TokenLoop
 from agentctx.serving.decode_batcher import DecodeBatcher
 from agentctx.serving.model_runner import DecodeItem, ModelRunner
 from agentctx.serving.paged_kv import DocKV
@@ -399,28 +400,12 @@ class LocalEngine(Engine):
 
     def _decode(self, req: GenerateRequest, logits: torch.Tensor, step, copy: CopyConstraint | None,
                 want: list[int] | None, stop_ids: set[int], gen, on_text, t0: float):
-        """The token loop after the prompt: (text, token ids, finish reason, ttft, chars emitted)."""
+        """The text of the token loop: (text, token ids, finish reason, ttft, chars emitted)."""
+        loop = TokenLoop(logits, step, max_new_tokens=req.max_new_tokens, stop_ids=stop_ids,
+                         temperature=req.temperature, generator=gen, constraint=copy, allowed=want)
         out: list[int] = []
-        text, emitted, finish = "", 0, "length"
-        ttft = None
-        for i in range(req.max_new_tokens):
-            if want is not None and not want:
-                finish = "stop"  # nothing may follow: the quote cannot start or continue
-                break
-            if req.temperature <= 0:
-                pick = int(torch.argmax(logits))
-            else:
-                probs = torch.softmax(logits.float().cpu() / req.temperature, dim=-1)
-                pick = int(torch.multinomial(probs, 1, generator=gen))
-            nxt = want[pick] if want is not None else pick
-            if ttft is None:
-                ttft = time.perf_counter() - t0
-            if nxt in stop_ids:
-                finish = "stop"
-                break
-            if copy is not None and not copy.advance(nxt):
-                finish = "stop"
-                break
+        text, emitted, finish = "", 0, None
+        for nxt in loop:
             out.append(nxt)
             text = self.tokenizer.decode(out, skip_special_tokens=True)
             cut = _first_stop(text, req.stop)
@@ -435,11 +420,8 @@ class LocalEngine(Engine):
                 if safe > emitted:
                     on_text(text[emitted:safe])
                     emitted = safe
-            if i == req.max_new_tokens - 1:
-                break  # the last token's logits would never be read
-            want = copy.allowed_ids() if copy is not None else None
-            logits = step(nxt, want)
-        return text, out, finish, ttft, emitted
+        ttft = None if loop.first_pick_at is None else loop.first_pick_at - t0
+        return text, out, finish or loop.finish, ttft, emitted
 
 
 _QUOTE_END_CHARS = ('"', "\n", "\u201d")

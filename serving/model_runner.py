@@ -535,40 +535,6 @@ class ModelRunner:
     def new_tail(self, doc: DocKV) -> QueryTail:
         return QueryTail(start=doc.num_tokens)
 
-    @torch.inference_mode()
-    def generate(
-        self,
-        doc: DocKV,
-        prompt_ids,
-        pages: list[int] | None = None,
-        max_new_tokens: int = 64,
-        stop_ids: set[int] | None = None,
-        temperature: float = 0.0,
-        seed: int | None = None,
-        on_token=None,
-    ) -> list[int]:
-        """Greedy (temperature 0) or sampled generation after the document.
-
-        on_token(token_id) is called per generated token (for streaming)."""
-        tail = self.new_tail(doc)
-        stop_ids = stop_ids if stop_ids is not None else self.stop_token_ids()
-        gen = torch.Generator(device="cpu").manual_seed(seed) if seed is not None else None
-        logits = self.extend(doc, tail, prompt_ids, pages)
-        out: list[int] = []
-        for _ in range(max_new_tokens):
-            if temperature <= 0:
-                nxt = int(torch.argmax(logits))
-            else:
-                probs = torch.softmax(logits.float().cpu() / temperature, dim=-1)
-                nxt = int(torch.multinomial(probs, 1, generator=gen))
-            if nxt in stop_ids:
-                break
-            out.append(nxt)
-            if on_token is not None:
-                on_token(nxt)
-            logits = self.extend(doc, tail, [nxt], pages)
-        return out
-
     def stop_token_ids(self) -> set[int]:
         eos = getattr(self.model.generation_config, "eos_token_id", None) or self.config.eos_token_id
         return stop_token_ids(self.tokenizer, eos)

@@ -83,3 +83,16 @@ def make_tiny_checkpoint(family: str, path: Path, seed: int = 0, sliding_window:
     model.save_pretrained(path)
     byte_tokenizer().save_pretrained(path)
     return path
+
+
+def greedy_tokens(runner, doc, prompt_ids, pages=None, max_new_tokens: int = 8, stop_ids=None) -> list[int]:
+    """Greedy tokens after a prefilled document, straight on a ModelRunner (the engine's token loop)."""
+    from agentctx.serving.decode import TokenLoop
+
+    with torch.inference_mode():
+        tail = runner.new_tail(doc)
+        logits = runner.extend(doc, tail, list(prompt_ids), pages)
+        loop = TokenLoop(logits, lambda token, _allowed: runner.extend(doc, tail, [token], pages),
+                         max_new_tokens=max_new_tokens,
+                         stop_ids=runner.stop_token_ids() if stop_ids is None else stop_ids)
+        return list(loop)

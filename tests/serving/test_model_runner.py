@@ -7,7 +7,7 @@ import torch
 
 from agentctx.serving.model_loader import ModelLoadError, load_model
 from agentctx.serving.model_runner import ContextTooLongError, EmptyInputError, ModelRunner
-from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
+from tests.factories import TINY_FAMILIES, greedy_tokens, make_tiny_checkpoint
 
 # fp32 on CPU: our blockwise attention and transformers' SDPA differ only by rounding.
 FP32_ATOL = 1e-4
@@ -43,7 +43,7 @@ def test_all_pages_selected_matches_transformers(tiny, doc_len):
 def test_cold_vs_warm_greedy_tokens_identical(tiny):
     doc_ids, q_ids = _ids(90, 3), _ids(5, 4)
     doc = tiny.prefill(doc_ids, progress=False)
-    warm = tiny.generate(doc, q_ids, pages=None, max_new_tokens=8, stop_ids=set())
+    warm = greedy_tokens(tiny, doc, q_ids, pages=None, max_new_tokens=8, stop_ids=set())
     # cold: transformers greedy decoding over the full sequence, no cache
     seq = doc_ids + q_ids
     cold = []

@@ -7,7 +7,7 @@ import torch
 
 from agentctx.serving.model_loader import load_model
 from agentctx.serving.model_runner import ModelRunner
-from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
+from tests.factories import TINY_FAMILIES, greedy_tokens, make_tiny_checkpoint
 from tests.serving.runner_compare import assert_runners_agree
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -121,6 +121,6 @@ def test_slot_kernels_pass_their_first_call_check_on_cuda(dtype, tmp_path):
                          query_mode="graph")
     ids = torch.randint(4, 259, (300,), generator=torch.Generator().manual_seed(5)).tolist()
     doc = runner.prefill(ids[:280], progress=False)
-    runner.generate(doc, ids[280:], pages=[0, 3, 9, 17], max_new_tokens=4)
+    greedy_tokens(runner, doc, ids[280:], pages=[0, 3, 9, 17], max_new_tokens=4)
     seen = {sig: ok for sig, ok in tail_merge._checked.items() if sig[1].startswith("cuda") and sig[2] == dtype}
     assert {sig[0] for sig in seen} == {"tail_merged", "window"} and all(seen.values()), seen
