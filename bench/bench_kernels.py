@@ -206,7 +206,8 @@ def check_small(gen: torch.Generator) -> list[dict]:
             lse_err = float((lse[finite] - ref_lse[finite]).abs().max()) if finite.any() else 0.0
             ok = err < 1e-2 and lse_ok and lse_err < 1e-2 and not torch.isnan(out).any()
             results.append(dict(shape=name, Tq=Tq, B=B, rel_err=err, lse_max_abs_err=lse_err, ok=bool(ok)))
-            print(f"check {name:12s} Tq={Tq} B={B}: rel err {err:.2e}, lse err {lse_err:.2e} -> {'OK' if ok else 'FAIL'}")
+            print(f"check {name:12s} Tq={Tq} B={B}: rel err {err:.2e}, lse err {lse_err:.2e} "
+                  f"-> {'OK' if ok else 'FAIL'}")
     return results
 
 
@@ -256,7 +257,8 @@ def run_case(name, s, T, frac, args, gen, pools, dense_ms_cache, copy_gbs, rows)
     eager = f"{eager_ms:.4f}" if eager_ms is not None else "-"
     chk = f"{check:.1e}" if check is not None else "-"
     print(f"| {name} | {T // 1024}K | {100 * frac:g}% | {tri_ms:.4f} | {eager} | {dense_ms:.4f} | "
-          f"{dense_ms / tri_ms:.2f}x | {nbytes / 1e6:.1f} MB | {gbs:.0f} | {100 * gbs / copy_gbs:.0f}% | {splits} | {chk} |",
+          f"{dense_ms / tri_ms:.2f}x | {nbytes / 1e6:.1f} MB | {gbs:.0f} | {100 * gbs / copy_gbs:.0f}% | "
+          f"{splits} | {chk} |",
           flush=True)
     return q, bt, nb
 
@@ -302,7 +304,8 @@ def main() -> int:
     t0 = time.time()
     gen = torch.Generator(device=DEVICE).manual_seed(args.seed)
     dev = torch.cuda.get_device_properties(0)
-    print(f"# device: {dev.name}, {dev.multi_processor_count} SMs; torch {torch.__version__}, triton {triton.__version__}")
+    print(f"# device: {dev.name}, {dev.multi_processor_count} SMs; torch {torch.__version__}, "
+          f"triton {triton.__version__}")
     copy_gbs = copy_bandwidth_gbs()
     print(f"# measured D2D copy bandwidth (read + write): {copy_gbs:.0f} GB/s\n")
 

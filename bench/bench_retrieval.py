@@ -59,8 +59,8 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def run_size(n_tokens: int, args: argparse.Namespace, tok: Any, cache_root: Path) -> dict[str, Any]:
-    from bench.contracts import generate_contract
     from agentctx.retrieval import DocumentIndex, Embedder, SelectionPolicy, plan
+    from bench.contracts import generate_contract
 
     n_needles = args.needles or DEFAULT_NEEDLES.get(n_tokens, max(10, n_tokens // 1280))
     load_before = os.getloadavg()[0]  # the host may be shared; latency means little without it
@@ -75,7 +75,7 @@ def run_size(n_tokens: int, args: argparse.Namespace, tok: Any, cache_root: Path
 
     # Cold build: a fresh cache directory so every page is embedded.
     emb = Embedder(cache_dir=cache_root / f"cold-{n_tokens}", batch_size=args.batch_size)
-    emb.model  # load weights outside the timed build
+    _ = emb.model  # load weights outside the timed build
     index_kw = dict(views_per_page=args.views, boundary_views=args.boundary_views, page_size=args.page_size)
     d = DocumentIndex(doc.text, offsets, embedder=emb, flat_below_pages=args.flat_below_pages, **index_kw)
     cold = d.stats
@@ -95,7 +95,8 @@ def run_size(n_tokens: int, args: argparse.Namespace, tok: Any, cache_root: Path
         "warm_per_100k_tokens_s": d_warm.stats.total_seconds * per100k,
         "warm_texts_encoded": d_warm.stats.texts_encoded,
     }
-    print(f"load average {os.getloadavg()[0]:.1f}; build: cold {cold.total_seconds:.1f}s ({build['cold_per_100k_tokens_s']:.2f}s/100K tok), "
+    print(f"load average {os.getloadavg()[0]:.1f}; build: cold {cold.total_seconds:.1f}s "
+          f"({build['cold_per_100k_tokens_s']:.2f}s/100K tok), "
           f"warm {d_warm.stats.total_seconds:.2f}s, warm re-encoded {d_warm.stats.texts_encoded}", flush=True)
 
     def needle_pages(n: Any) -> set[int]:
@@ -156,19 +157,23 @@ def run_size(n_tokens: int, args: argparse.Namespace, tok: Any, cache_root: Path
 
 
 def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    lines = ["| tokens | pages | needles | mode | nb | " + " | ".join(f"recall@{b:.0%} strict / any" for b in args.budgets) + " |",
+    recalls = " | ".join(f"recall@{b:.0%} strict / any" for b in args.budgets)
+    lines = ["| tokens | pages | needles | mode | nb | " + recalls + " |",
              "|---|---|---|---|---|" + "---|" * len(args.budgets)]
     for r in results:
         for mode in ("flat", "hierarchical"):
             for nb in args.neighbors:
                 cells = []
                 for b in args.budgets:
-                    row = next(x for x in r["recall"] if x["mode"] == mode and x["neighbors"] == nb and x["budget_fraction"] == b)
+                    row = next(x for x in r["recall"]
+                               if x["mode"] == mode and x["neighbors"] == nb and x["budget_fraction"] == b)
                     cells.append(f"{row['recall_strict']:.3f} / {row['recall_any']:.3f}")
-                lines.append(f"| {r['tokens']:,} | {r['build']['num_pages']} | {r['needles']} | {mode} | {nb} | " + " | ".join(cells) + " |")
+                lines.append(f"| {r['tokens']:,} | {r['build']['num_pages']} | {r['needles']} | {mode} | {nb} | "
+                             + " | ".join(cells) + " |")
     lines += ["", "Load average (1 min) at start/end of each size: " + ", ".join(
         f"{r['tokens']:,}: {r['loadavg_1min_start']:.1f}/{r['loadavg_1min_end']:.1f}" for r in results)]
-    lines += ["", "| tokens | build cold (s) | cold s / 100K tok | warm rebuild (s) | mode | query uncached median / p95 (ms) | cached median / p95 (ms) | search only (ms) |",
+    lines += ["", "| tokens | build cold (s) | cold s / 100K tok | warm rebuild (s) | mode | "
+                  "query uncached median / p95 (ms) | cached median / p95 (ms) | search only (ms) |",
               "|---|---|---|---|---|---|---|---|"]
     for r in results:
         b = r["build"]
@@ -179,7 +184,8 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
             cold_100k = f"{b['cold_per_100k_tokens_s']:.2f}" if cold else "n/a"
             lines.append(f"| {r['tokens']:,} | {cold_s} | {cold_100k} | {b['warm_total_s']:.2f} | {mode} | "
                          f"{lat['uncached_median_ms']:.1f} / {lat['uncached_p95_ms']:.1f} | "
-                         f"{lat['cached_median_ms']:.2f} / {lat['cached_p95_ms']:.2f} | {lat['search_median_ms']:.2f} |")
+                         f"{lat['cached_median_ms']:.2f} / {lat['cached_p95_ms']:.2f} | "
+                         f"{lat['search_median_ms']:.2f} |")
     return "\n".join(lines)
 
 
@@ -206,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     tok, tok_name = load_tokenizer()
-    print(f"tokenizer: {tok_name}; torch threads {torch.get_num_threads()}; {platform.processor() or platform.machine()}")
+    print(f"tokenizer: {tok_name}; torch threads {torch.get_num_threads()}; "
+          f"{platform.processor() or platform.machine()}")
     cache_root = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="agentctx-bench-"))
     results = [run_size(parse_size(s), args, tok, cache_root) for s in args.sizes.split(",")]
     table = markdown(results, args)

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentctx.agents import CLAUSE_KINDS, AgentSpec  # noqa: E402
 from agentctx.config import AgentctxConfig  # noqa: E402
-from agentctx.runtime import Runtime  # noqa: E402
-from bench.contracts import generate_contract  # noqa: E402
 from agentctx.pipelines.dsl import Pipeline  # noqa: E402
 from agentctx.pipelines.runner import PipelineRunner  # noqa: E402
+from agentctx.runtime import Runtime  # noqa: E402
+from bench.contracts import generate_contract  # noqa: E402
 
 
 def score(findings: list[dict], contract) -> dict:

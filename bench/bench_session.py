@@ -116,7 +116,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--budgets", default="0.05,0.12,0.25", help="agentctx selection budgets (fractions)")
     ap.add_argument("--page-size", type=int, default=256)
     ap.add_argument("--prefill-chunk", type=int, default=None, help="shared-prefill chunk (4096 GPU, 1024 CPU)")
-    ap.add_argument("--naive-chunk", type=int, default=None, help="naive prefill chunk (default = --prefill-chunk; 0 = one shot)")
+    ap.add_argument("--naive-chunk", type=int, default=None,
+                    help="naive prefill chunk (default = --prefill-chunk; 0 = one shot)")
     ap.add_argument("--naive-max-query-s", type=float, default=60.0,
                     help="no naive run at sizes where one query takes (or is predicted to take) longer")
     ap.add_argument("--naive-size-budget-s", type=float, default=None,
@@ -504,7 +505,8 @@ class ModelBench:
         doc, _ = self.shared.prefill(wl.doc_ids)
         q = wl.queries[0]
         self.shared.run_query(doc, q.ids, lambda: (None, n), 2, set())
-        self.shared.run_query(doc, q.ids, lambda: ([0, doc.num_pages - 1], 2 * self.args.page_size), 2, set())
+        ends = [0, doc.num_pages - 1]
+        self.shared.run_query(doc, q.ids, lambda: (ends, 2 * self.args.page_size), 2, set())
         # compiled now: time one short query to seed the planner's per-query estimate
         run, _ = self.shared.run_query(doc, q.ids, lambda: (None, n), 2, set())
         per_forward = run.total_s / (1 + run.decode_steps)
@@ -587,7 +589,8 @@ class ModelBench:
         if pre is None:
             pre = 3.0 * self.rates.floor_s(self.shape.prefill_flops(n), self.shape.prefill_bytes(n)) + 2.0
         pre *= 1.3
-        q = (self.query_s or 1.0) * 1.3 + 1.2 * self.decode_tokens * n * self.shape.kv_bytes_per_token / self.rates.copy_bandwidth_Bps
+        kv_read_s = n * self.shape.kv_bytes_per_token / self.rates.copy_bandwidth_Bps
+        q = (self.query_s or 1.0) * 1.3 + 1.2 * self.decode_tokens * kv_read_s
         nq = self.args.agents * self.args.questions
 
         def cost(nb: int) -> float:
@@ -597,7 +600,8 @@ class ModelBench:
         naive_pred = self._naive_prediction(n)
         naive_ok = not self.args.no_naive and self.naive_stop is None and self.oom["naive"] is None
         if naive_ok and naive_pred is not None and naive_pred > self.args.naive_max_query_s:
-            self.naive_stop = f"predicted {naive_pred:.0f}s/query > {self.args.naive_max_query_s:.0f}s at {size_label(n)}"
+            self.naive_stop = (f"predicted {naive_pred:.0f}s/query > {self.args.naive_max_query_s:.0f}s "
+                               f"at {size_label(n)}")
             naive_ok = False
         naive_cost = (self.args.naive_size_budget_s + (naive_pred or 0.0)) if naive_ok else 0.0
         if self.args.no_plan:
@@ -692,7 +696,8 @@ class ModelBench:
             dense_sel = lambda q: (lambda: (None, n))  # noqa: E731
             dense = self._session(doc, wl, dense_sel, queries, warm=True)
             d = summarize(dense, n, nq, prefill_s)
-            d["peak_gib"] = max(x for x in (peak_gib(dev), prefill_peak) if x is not None) if dev.type == "cuda" else None
+            d["peak_gib"] = (max(x for x in (peak_gib(dev), prefill_peak) if x is not None)
+                             if dev.type == "cuda" else None)
             d["floors"] = self.shape.floors(self.rates, n, int(res["question_tokens_mean"]), n)
             self._kv(d)
             d["kernel"] = P.kernel_decode_attention(self.runner, doc, None, a.kernel_reps)
@@ -714,8 +719,10 @@ class ModelBench:
                 runs = self._session(doc, wl, make, queries, warm=True)
                 s = summarize(runs, n, nq, prefill_s, extra_setup_s=retr_build)
                 s["budget"] = frac
-                s["peak_gib"] = max(x for x in (peak_gib(dev), prefill_peak) if x is not None) if dev.type == "cuda" else None
-                s["floors"] = self.shape.floors(self.rates, n, int(res["question_tokens_mean"]), int(s["attended_tokens_mean"]))
+                s["peak_gib"] = (max(x for x in (peak_gib(dev), prefill_peak) if x is not None)
+                                 if dev.type == "cuda" else None)
+                s["floors"] = self.shape.floors(self.rates, n, int(res["question_tokens_mean"]),
+                                                int(s["attended_tokens_mean"]))
                 self._kv(s)
                 pages0, _ = make(queries[0])()
                 s["kernel"] = P.kernel_decode_attention(self.runner, doc, pages0, a.kernel_reps)
@@ -829,7 +836,8 @@ class ModelBench:
         sh = self.shape
         s["kv_bytes_per_token"] = sh.kv_bytes_per_token
         s["sliding_window_kv_bytes"] = sh.window_kv_bytes
-        s["kv_read_bytes_per_decode_token"] = int(s["attended_tokens_mean"] * sh.kv_bytes_per_token + sh.window_kv_bytes)
+        s["kv_read_bytes_per_decode_token"] = int(s["attended_tokens_mean"] * sh.kv_bytes_per_token
+                                                  + sh.window_kv_bytes)
 
     def _line(self, peer: str, s: dict) -> str:
         fl = s.get("floors", {})
@@ -838,8 +846,10 @@ class ModelBench:
         kern = (f", attn kernel {k['device_s'] * 1e6:.0f}us/tok (floor {fl.get('decode_attn_s', 0) * 1e6:.0f}us)"
                 if k.get("device_s") else "")
         ag = s.get("agreement_vs_dense") or {}
-        return (f"{self.name}: {peer:>13s} TTFT p50 {s['ttft_p50_s'] * 1e3:8.1f} ms (floor {fl.get('ttft_s', 0) * 1e3:.2f}), "
-                f"decode {f'{dt:7.1f}' if dt else '      -'} tok/s, session {s['session_s']:.1f}s, util {s['utilization']:.3f}, "
+        return (f"{self.name}: {peer:>13s} TTFT p50 {s['ttft_p50_s'] * 1e3:8.1f} ms "
+                f"(floor {fl.get('ttft_s', 0) * 1e3:.2f}), "
+                f"decode {f'{dt:7.1f}' if dt else '      -'} tok/s, session {s['session_s']:.1f}s, "
+                f"util {s['utilization']:.3f}, "
                 f"peak {_f(s.get('peak_gib'))} GiB{kern}"
                 + (f", agree {ag['identical']:.2f}" if ag.get("identical") is not None else ""))
 
@@ -946,21 +956,24 @@ def evaluate_targets(res: dict) -> list[dict]:
         if k.get("device_s") and floor > 0:
             r = k["device_s"] / floor
             out.append({"target": f"decode attention at 12% within 2x of bandwidth floor at {size_label(n)} [{model}]",
-                        "value": f"{k['device_s'] * 1e6:.0f}us vs floor {floor * 1e6:.0f}us = {r:.2f}x ({k.get('method')})",
+                        "value": f"{k['device_s'] * 1e6:.0f}us vs floor {floor * 1e6:.0f}us = {r:.2f}x "
+                                 f"({k.get('method')})",
                         "pass": r <= 2.0})
     # 4. 1M tokens, 5 agents, Gemma-3-270M architecture, no OOM
     g = res["models"].get("gemma3-270m-random")
     key = str(1 << 20)
     if g and key in g["sizes"]:
         s = g["sizes"][key]
-        ok = all(_peer(res, "gemma3-270m-random", 1 << 20, p, b if p == "agentctx" else None) for p in ("dense", "agentctx"))
+        ok = all(_peer(res, "gemma3-270m-random", 1 << 20, p, b if p == "agentctx" else None)
+                 for p in ("dense", "agentctx"))
         peak = (s.get("peers", {}).get("agentctx", {}).get(f"{b:g}", {}) or {}).get("peak_gib")
         out.append({"target": "1M-token context, 5 agents, Gemma-3-270M arch, one H200, no OOM",
                     "value": (f"ran, peak {peak:.1f} GiB, agents {res['args']['agents']}" if ok and peak else
                               s.get("skipped") or "OOM / incomplete"),
                     "pass": bool(ok) and res["args"]["agents"] >= 5})
     else:
-        out.append({"target": "1M-token context, 5 agents, Gemma-3-270M arch, no OOM", "value": "not run", "pass": None})
+        out.append({"target": "1M-token context, 5 agents, Gemma-3-270M arch, no OOM", "value": "not run",
+                    "pass": None})
     return out
 
 
@@ -989,7 +1002,8 @@ def markdown(res: dict) -> str:
     L.append(f"Device: {rates['device_name']}; measured copy bandwidth {rates['copy_bandwidth_Bps'] / 1e9:.0f} GB/s, "
              f"{rates['matmul_dtype']} matmul {rates['matmul_flops'] / 1e12:.1f} TFLOP/s. "
              f"Session: {res['args']['agents']} agents x {res['args']['questions']} questions. "
-             "Figures: measured (floor). TTFT is after the shared prefill for dense/agentctx; naive re-prefills per query.")
+             "Figures: measured (floor). TTFT is after the shared prefill for dense/agentctx; "
+             "naive re-prefills per query.")
     L.append("")
     L.append("| model | ctx | peer | util | prefill tok/s (floor) | TTFT p50 ms (floor) | decode tok/s (floor) "
              "| attn us/tok kernel (floor) | peak GiB | session s | agree | needle |")
@@ -1064,7 +1078,8 @@ def markdown(res: dict) -> str:
     L.append(f"TTFT vs dense reuse (agentctx {HEADLINE_BUDGET:.0%}); attn = in-model time inside attend_selected "
              "(CUDA events) for the question's forward; 100% check = greedy tokens at 100% selection vs dense:")
     L.append("")
-    L.append("| model | ctx | dense TTFT p50 ms | agentctx TTFT p50 ms | ratio | dense attn ms | agentctx attn ms | attn ratio | 100% check |")
+    L.append("| model | ctx | dense TTFT p50 ms | agentctx TTFT p50 ms | ratio | dense attn ms | agentctx attn ms "
+             "| attn ratio | 100% check |")
     L.append("|---|---|---|---|---|---|---|---|---|")
     for model, m in res["models"].items():
         for key in sorted(m["sizes"], key=int):
@@ -1096,8 +1111,9 @@ def markdown(res: dict) -> str:
             b = size_label(oo[p]) if oo.get(p) else "none"
             return f"{a} / {b}"
 
-        probe = (f"ok {size_label(cap['largest_allocated_tokens']) if cap.get('largest_allocated_tokens') else '-'}, "
-                 f"OOM {size_label(cap['first_oom_tokens']) if cap.get('first_oom_tokens') else '-'}") if "method" in cap else "-"
+        largest = size_label(cap["largest_allocated_tokens"]) if cap.get("largest_allocated_tokens") else "-"
+        oom = size_label(cap["first_oom_tokens"]) if cap.get("first_oom_tokens") else "-"
+        probe = f"ok {largest}, OOM {oom}" if "method" in cap else "-"
         am = size_label(cap["analytic_max_tokens"]) if cap.get("analytic_max_tokens") else "-"
         sh = m["shape"]
         kvc = f"{sh['kv_bytes_per_token']:,} (+{sh['window_kv_bytes'] / 2**20:.1f} MiB)"
@@ -1186,7 +1202,8 @@ def run_suite(argv: list[str] | None = None) -> dict:
     log(f"measuring {device} rates ...")
     rates = physics.measure_rates(device, dtype)
     res["rates"] = rates.to_dict()
-    log(f"{rates.device_name}: copy {rates.copy_bandwidth_Bps / 1e9:.0f} GB/s, matmul {rates.matmul_flops / 1e12:.1f} TFLOP/s")
+    log(f"{rates.device_name}: copy {rates.copy_bandwidth_Bps / 1e9:.0f} GB/s, "
+        f"matmul {rates.matmul_flops / 1e12:.1f} TFLOP/s")
     if any(name not in ("real-gemma",) for name, _ in specs):
         res["notes"].append(RANDOM_NOTE if device.type == "cuda" else
                             "Runs marked * use random weights (architecture only).")

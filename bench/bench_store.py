@@ -232,7 +232,9 @@ def start_redis() -> tuple[object, str]:
 
 
 def render(rows: list[dict], args, redis_desc: str) -> str:
-    fmt = lambda b: f"{b / MiB:,.0f}"
+    def fmt(b: float) -> str:
+        return f"{b / MiB:,.0f}"
+
     lines = [
         "| agents | mode | KV held (logical MiB) | object store MiB | private MiB (agents+store) | "
         "total MiB | idle state MiB | KV memory MiB | peak KV memory MiB | copies/shared | "
@@ -248,7 +250,8 @@ def render(rows: list[dict], args, redis_desc: str) -> str:
         cold = f"{r['cold_attach_ms']:.1f}" if r["cold_attach_ms"] is not None else "-"
         read = f"{r['read_s']:.2f}" if r["read_s"] is not None else "-"
         state = f"{r['per_agent_state'] / MiB:.1f}" if r["per_agent_state"] is not None else "-"
-        lines.append(f"| {r['agents']} | {r['mode']} | {fmt(r['kv_bytes'])} | {fmt(r['plasma'])} | {fmt(r['private'])} | "
+        lines.append(f"| {r['agents']} | {r['mode']} | {fmt(r['kv_bytes'])} | {fmt(r['plasma'])} | "
+                     f"{fmt(r['private'])} | "
                      f"{fmt(r['total'])} | {fmt(r['idle'])} | {fmt(r['kv_memory'])} | {fmt(r['peak_kv_memory'])} | "
                      f"{ratio} | {state} | {lat} | {cold} | {read} |")
     return "\n".join(lines)
@@ -305,9 +308,11 @@ def main() -> None:
 
 Command (from the repo root): `{command.strip()}`
 
-Machine: {os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}, torch {torch.__version__},
+Machine: {os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}, \
+torch {torch.__version__},
 ray {ray.__version__}; Redis directory (temporary redis-server, AOF everysec) unless `--redis-url` is given.
-Load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (other work shared the machine; latencies include that).
+Load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (other work shared the machine; \
+latencies include that).
 
 Context: {args.tokens:,} tokens = {n_pages} pages of shape {PAGE_SHAPE} bf16 (768 KiB per 256-token page),
 {n_pages * 768 / 1024:,.0f} MiB of KV in total.

@@ -66,11 +66,11 @@ def main() -> int:
     args = _parse()
     import torch
 
-    from bench.contracts import generate_contract
-    from bench.peers import RetrievalSelector
     from agentctx.serving.engine import LocalEngine
     from agentctx.serving.types import GenerateRequest
     from agentctx.serving.vllm_engine import VLLMEngine
+    from bench.contracts import generate_contract
+    from bench.peers import RetrievalSelector
 
     torch.set_num_threads(os.cpu_count() or 1)
     sizes = [int(x) for x in args.tokens.split(",") if x]
@@ -176,7 +176,8 @@ def _print_table(n: int, peers: dict, keys: list[str]) -> None:
         p = peers[k]
         agree = "-" if p["agreement_with_vllm_dense"] is None else f"{p['agreement_with_vllm_dense']:.2f}"
         print(f"| {k} | {p['cold_ttft_s']:.2f} s | {p['warm_ttft_s'] * 1e3:.0f} ms | "
-              f"{p['decode_ms_per_token']:.1f} | {100 * p['utilization']:.0f}% | {p['needle_accuracy']:.2f} | {agree} |",
+              f"{p['decode_ms_per_token']:.1f} | {100 * p['utilization']:.0f}% | {p['needle_accuracy']:.2f} | "
+              f"{agree} |",
               flush=True)
 
 

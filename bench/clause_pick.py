@@ -3,8 +3,8 @@
 For synthetic contracts with planted clause articles (bench/contracts.py, one per seed), this
 records for every clause kind the candidate sentences (those of the best-ranked retrieved pages;
 with ``--sink`` also of the sink pages, as agentctx/agents/roles.py now does), their MiniLM
-similarity to the kind's query, the LLM's per-token log-likelihood of each of the top ``--wide`` candidates as the answer
-(the extractor's own prompt and attended pages), and whether each lies in a planted article of
+similarity to the kind's query, the LLM's per-token log-likelihood of each of the top ``--wide``
+candidates as the answer (the extractor's own prompt and attended pages), and whether each lies in a planted article of
 that kind. Pick rules are then scored on those records, with no further model calls:
 
 * ``embedding``: the most similar sentence (the extractor's shortlist head).

@@ -28,7 +28,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
-
 __all__ = [
     "Needle",
     "PlantedClause",

@@ -36,7 +36,7 @@ def main() -> int:
     pages = [0, doc.num_pages - 1]
     res = {}
     with torch.inference_mode():
-        for rep in range(2):
+        for _rep in range(2):
             for label, kw in (("full logits", {}), (f"{args.allowed} allowed logits", {"logit_ids": allowed})):
                 tail = runner.new_tail(doc)
                 runner.extend(doc, tail, ids[:16], pages)
@@ -45,7 +45,8 @@ def main() -> int:
                     runner.extend(doc, tail, [ids[i]], pages, **kw)
                 res[label] = (time.perf_counter() - t0) / args.steps
     full, part = res.values()
-    print(f"{loaded.model_id} on {runner.device}, {args.tokens}-token document, {args.steps} decode steps (second round):")
+    print(f"{loaded.model_id} on {runner.device}, {args.tokens}-token document, {args.steps} decode steps "
+          "(second round):")
     for label, dt in res.items():
         print(f"  {label:>20}: {dt * 1e3:7.1f} ms/step")
     print(f"  ratio: {full / part:.2f}x")

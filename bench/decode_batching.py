@@ -56,10 +56,10 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=0.12, help="share of pages each agent attends")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
-    from bench.contracts import generate_contract
     from agentctx.serving.engine import LocalEngine
     from agentctx.serving.model_loader import load_model
     from agentctx.serving.types import GenerateRequest
+    from bench.contracts import generate_contract
 
     loaded = load_model(args.model)
     engines = {"alone": LocalEngine(loaded, decode_batch=1),

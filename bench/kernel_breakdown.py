@@ -11,6 +11,7 @@ kernel alone over the same partials; and an empty Triton kernel, once and twice 
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -19,8 +20,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from bench.bench_kernels import SHAPES, make_pool, select_pages, time_ms  # noqa: E402
 from agentctx.kernels import triton_attend as ta  # noqa: E402
+from bench.bench_kernels import SHAPES, make_pool, select_pages, time_ms  # noqa: E402
 
 CASES = [("gemma3-270m", 32768, 0.05), ("gemma3-270m", 131072, 0.12), ("llama3-8b", 32768, 0.12),
          ("llama3-8b", 131072, 0.12)]
@@ -55,12 +56,13 @@ def main() -> int:
         q = torch.randn(1, 1, Hq, D, device="cuda", dtype=k.dtype, generator=gen)
         bt, nb = select_pages(k.shape[0], frac, 1, gen)
         scale = D**-0.5
-        whole = time_ms(lambda: ta.triton_attend_selected(q, k, v, bt, nb, lens, scale), 100)
+        call = partial(ta.triton_attend_selected, q, k, v, bt, nb, lens, scale)  # binds k, v now
+        whole = time_ms(call, 100)
         cfg = ta.choose_config(1, 1, Hq, Hkv, D, P, int(bt.shape[1]), q.device)
         real = ta._merge_splits_kernel
         ta._merge_splits_kernel = _NoLaunch()
         try:
-            pages_only = time_ms(lambda: ta.triton_attend_selected(q, k, v, bt, nb, lens, scale), 100)
+            pages_only = time_ms(call, 100)
         finally:
             ta._merge_splits_kernel = real
         chunks = int(bt.shape[1]) * (-(-P // cfg.block_n))

@@ -78,11 +78,11 @@ def measure_copy_bandwidth(device: torch.device, nbytes: int | None = None, iter
     src.fill_(1.0)
     dst = torch.empty_like(src)
     best = min(_timed(lambda: dst.copy_(src), device, iters) for _ in range(3))
-    del src, dst
     return 2 * n * 2 / best
 
 
-def measure_matmul_rate(device: torch.device, dtype: torch.dtype, n: int | None = None, iters: int | None = None) -> float:
+def measure_matmul_rate(device: torch.device, dtype: torch.dtype, n: int | None = None,
+                        iters: int | None = None) -> float:
     """FLOP/s of an n x n x n matmul in ``dtype`` (2 n^3 FLOPs per call), best of three trials."""
     if n is None:
         n = 8192 if device.type == "cuda" else 2048
@@ -93,7 +93,6 @@ def measure_matmul_rate(device: torch.device, dtype: torch.dtype, n: int | None 
     b = torch.randn(n, n, device=device, dtype=torch.float32, generator=g).to(dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
     best = min(_timed(lambda: torch.matmul(a, b, out=out), device, iters) for _ in range(3))
-    del a, b, out
     return 2.0 * n**3 / best
 
 

@@ -8,8 +8,9 @@ Paths of a prefill chunk's sliding-window layers (ModelRunner.sliding_prefill):
 "kernel" = the Triton band kernel (CUDA only; "kernel-m64" with 64-row tiles instead of 16),
 "banded" = SDPA band by band, "square" = blockwise fp32 with a positional mask over
 [previous window | chunk]. With ``--old`` also "square, no flash": the global layers' prefix
-and causal parts on the fp32 path too (what the runner did before the fused paths). Every path's last-token logits are compared with the
-banded path's and, up to ``--ref-max`` tokens, with transformers' one-shot forward.
+and causal parts on the fp32 path too (what the runner did before the fused paths). Every path's
+last-token logits are compared with the banded path's and, up to ``--ref-max`` tokens, with
+transformers' one-shot forward.
 """
 
 from __future__ import annotations

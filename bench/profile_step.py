@@ -32,9 +32,9 @@ def main() -> int:
     ap.add_argument("--sort", default="self_cpu_time_total", help="profiler table order (e.g. self_cuda_time_total)")
     args = ap.parse_args()
 
-    from bench.bench_session import build_model
     from agentctx.kernels import tail_merge, tail_tiles
     from agentctx.serving.model_runner import ModelRunner
+    from bench.bench_session import build_model
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loaded, info = build_model(args.model, dev, seed=0)
@@ -87,7 +87,7 @@ def main() -> int:
             if hasattr(runner, "fused_proj"):
                 runner.fused_proj = proj
             doc.query_slots.clear()  # captured graphs keep the kernels they were captured with
-            for rep in range(2):  # the first round compiles / captures
+            for _rep in range(2):  # the first round compiles / captures
                 tail = runner.new_tail(doc)
                 sync()
                 t0 = time.perf_counter()

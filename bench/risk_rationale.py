@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.risk_calibration import LABELLED, SAMPLE_PAGES, sample_engine  # noqa: E402
 
-
 EXAMPLE = (
     'Clause (warranty): "The Supplier gives no warranty that the Software will be free of defects."\n'
     "Risk review of this clause for the Customer, as JSON:\n"

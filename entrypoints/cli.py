@@ -55,9 +55,9 @@ def _config(args):
 
 
 def cmd_review(args) -> int:
-    from agentctx.runtime import Runtime
     from agentctx.pipelines.document_review import run_review
     from agentctx.pipelines.report import report_summary_line
+    from agentctx.runtime import Runtime
 
     text = _read_document(args.file)
     cfg = _config(args)

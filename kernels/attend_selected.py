@@ -73,7 +73,8 @@ def _validate(q, k_pages, v_pages, block_table, num_blocks, slot_lens, scale, so
     dev = q.device
     for name, t in zip(names[1:], (k_pages, v_pages, block_table, num_blocks, slot_lens)):
         if t.device != dev:
-            raise ValueError(f"attend_selected: {name} is on {t.device} but q is on {dev}; all inputs must share a device")
+            raise ValueError(
+                f"attend_selected: {name} is on {t.device} but q is on {dev}; all inputs must share a device")
     # The kernels read D-vectors with unit stride (coalesced loads); other dims may be strided.
     for name, t in (("q", q), ("k_pages", k_pages), ("v_pages", v_pages)):
         if t.numel() > 0 and t.stride(-1) != 1:

@@ -21,10 +21,10 @@ sees slots ``0..q_slots[i]`` (its own included, so no row is ever empty).
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import Tensor
-
-import logging
 
 from .merge import merge_attention
 from .positional import masked_attention_with_mask, window_attention

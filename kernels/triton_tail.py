@@ -146,7 +146,8 @@ def launch_splits(q: Tensor, k: Tensor, window: int) -> int:
 
 def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, num_splits=None) -> Tensor:
     if q.device.type != "cuda" and not (INTERPRET and q.device.type == "cpu"):
-        raise ValueError(f"triton slot attention needs CUDA tensors (or TRITON_INTERPRET=1 with CPU ones), got {q.device}")
+        raise ValueError(
+            f"triton slot attention needs CUDA tensors (or TRITON_INTERPRET=1 with CPU ones), got {q.device}")
     tq, hq, d = q.shape
     c, hkv, _ = k.shape
     group = hq // hkv

@@ -131,6 +131,7 @@ class Directory(ABC):
 
     def close(self) -> None:
         """Release client resources (connections); the stored state is untouched."""
+        return None  # nothing to release unless a backend holds connections
 
 
 @dataclass
@@ -178,7 +179,8 @@ class InProcessDirectory(Directory):
                 if existing.record.same_content(record):
                     return False
                 raise ContextExistsError(f"context id {record.context_id!r} is taken")
-            self._contexts[record.context_id] = _Ctx(record=replace(record, created_at=record.created_at or time.time()))
+            created = record.created_at or time.time()
+            self._contexts[record.context_id] = _Ctx(record=replace(record, created_at=created))
             for page in record.unique_page_ids:
                 self._pages.setdefault(page, [0, 0])[1] += 1
             return True

@@ -17,8 +17,8 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import redis

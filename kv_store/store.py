@@ -23,8 +23,9 @@ import ray
 import torch
 
 from agentctx.common import settings
+
 from .actor_directory import ActorDirectory
-from .codec import PagePayload, decode_payload, encode_bytes, encode_tensor, dtype_name
+from .codec import PagePayload, decode_payload, dtype_name, encode_bytes, encode_tensor
 from .directories import make_directory
 from .directory import Directory
 from .errors import InvalidInputError, PagesMissingError, StoreError, StoreUnavailableError
@@ -252,7 +253,8 @@ class KVStore:
             raise InvalidInputError(f"blob must be a tensor or bytes, got {type(data).__name__}")
         self._call(self._actor.put_blob, context_id, meta, payload, tenant)
 
-    def get_blob(self, context_id: str, name: str, tenant: str | None = None, copy: bool = False) -> torch.Tensor | bytes:
+    def get_blob(self, context_id: str, name: str, tenant: str | None = None,
+                 copy: bool = False) -> torch.Tensor | bytes:
         _meta, ref = self._call(self._actor.get_blob_ref, context_id, name, tenant)
         return decode_payload(ray.get(ref, timeout=self.call_timeout_s), copy=copy)
 

@@ -75,7 +75,8 @@ def build_report(result: PipelineResult, replica_info: dict, **document) -> Revi
     calls = sum(s.stats.get("calls", 0) for s in steps.values())
     attended = sum(s.stats.get("attended_tokens", 0) for s in steps.values())
     context = sum(s.stats.get("context_tokens", 0) for s in steps.values())
-    report = ReviewReport(document=ReviewDocument.of(result.context, **document), summary=summary, clauses=clauses, risks=risks,
+    report = ReviewReport(document=ReviewDocument.of(result.context, **document), summary=summary, clauses=clauses,
+                          risks=risks,
                           errors=[f"{n}: {e}" for n, s in steps.items() for e in s.errors],
                           notes=[n for n in (severity_note(risks),) if n])
     report.stats = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+
 from agentctx.pipelines.report import ReviewReport
 
 __all__ = ["render_html"]

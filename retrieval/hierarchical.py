@@ -57,7 +57,8 @@ class RetrieveResult:
         return self.search_seconds + self.embed_seconds
 
 
-def _page_max(scores: np.ndarray, run_starts: np.ndarray, run_pages: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _page_max(scores: np.ndarray, run_starts: np.ndarray, run_pages: np.ndarray,
+              k: int) -> tuple[np.ndarray, np.ndarray]:
     """Max score per page over rows grouped in contiguous runs; top ``k`` pages."""
     per_page = np.maximum.reduceat(scores, run_starts) if len(scores) else scores
     k = min(k, len(per_page))

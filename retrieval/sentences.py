@@ -33,7 +33,8 @@ _ITEM_START = re.compile(
       | [-*\u2022\u25aa][ \t]                         # bullet
       | \(?(?:\d{1,3}(?:\.\d{1,3}){0,4}|[a-zA-Z]|[ivxlcIVXLC]{1,6})[.)][ \t]   # 1.  8.1  a)  (iv)
       | \(\s*(?:\d{1,3}|[a-zA-Z]|[ivxlcIVXLC]{1,6})\s*\)[ \t]?               # (a) (12)
-      | (?:ARTICLE|Article|SECTION|Section|Clause|CLAUSE|Schedule|SCHEDULE|Exhibit|EXHIBIT|Annex|ANNEX|Appendix|APPENDIX)\b
+      | (?:ARTICLE|Article|SECTION|Section|Clause|CLAUSE|Schedule|SCHEDULE
+           |Exhibit|EXHIBIT|Annex|ANNEX|Appendix|APPENDIX)\b
     )""",
     re.VERBOSE,
 )

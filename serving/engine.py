@@ -19,14 +19,21 @@ from contextlib import nullcontext
 import torch
 
 from agentctx.kernels.tail_merge import first_call_results
-from agentctx.serving.model_loader import LoadedModel, load_model
 from agentctx.serving.copy_constraint import CopyConstraint
 from agentctx.serving.decode import TokenLoop
 from agentctx.serving.decode_batcher import DecodeBatcher
+from agentctx.serving.model_loader import LoadedModel, load_model
 from agentctx.serving.model_runner import DecodeItem, ModelRunner
 from agentctx.serving.paged_kv import DocKV
 from agentctx.serving.tokenize import tokenize_document
-from agentctx.serving.types import EmptyInputError, GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
+from agentctx.serving.types import (
+    EmptyInputError,
+    GenerateRequest,
+    GenerateResult,
+    PrefillResult,
+    ScoreRequest,
+    TokenizedDoc,
+)
 
 __all__ = ["Engine", "LocalEngine", "ContextNotLoadedError", "PageLoader"]
 
@@ -306,7 +313,8 @@ class LocalEngine(Engine):
             vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
             toks = [self.tokenizer.convert_tokens_to_string([t]) if t else "" for t in vocab]
             self._tok_strings = toks
-            self._end_ids = {i for i, t in enumerate(toks) if t and t.strip() != "" and t.lstrip()[:1] in _QUOTE_END_CHARS}
+            self._end_ids = {i for i, t in enumerate(toks)
+                             if t and t.strip() != "" and t.lstrip()[:1] in _QUOTE_END_CHARS}
             self._end_ids |= {i for i, t in enumerate(toks) if t and "\n" in t and not t.strip()}
         toks, doc = self._tok_strings, kv.token_ids
 

@@ -320,7 +320,8 @@ def sharded_attend(
             a, b = p
             if (a, b) == (0, Hkv):
                 return local(q, k_pages, v_pages, sel.block_table, sel.num_blocks)
-            return local(q[:, :, a * g : b * g], k_pages[:, :, a:b], v_pages[:, :, a:b], sel.block_table, sel.num_blocks)
+            return local(q[:, :, a * g : b * g], k_pages[:, :, a:b], v_pages[:, :, a:b], sel.block_table,
+                         sel.num_blocks)
 
         return _pipelined(pieces, compute, group, merge, cat_dim=2)
     if chunk_dim == "batch":

@@ -151,7 +151,8 @@ def equal_ranges(num_pages: int, world: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(world)]
 
 
-def partition_pages(num_pages: int, weights: Sequence[float], capacities: Sequence[int | None] | None = None) -> list[int]:
+def partition_pages(num_pages: int, weights: Sequence[float],
+                    capacities: Sequence[int | None] | None = None) -> list[int]:
     """Page counts per worker, proportional to ``weights`` and within ``capacities``.
 
     Largest-remainder rounding of ``num_pages * w_i / sum(w)``; a worker whose

@@ -367,7 +367,7 @@ class _Driver:
         """Run (prompt_ids, params) jobs together; returns each job's list of outputs."""
         handles = [self.submit(ids, p) for ids, p in jobs]
         results = []
-        for rid, q in handles:
+        for _rid, q in handles:
             outs = []
             while (out := q.get()) is not None:
                 if isinstance(out, Exception):

@@ -93,7 +93,8 @@ class RedisServer:
 
 @pytest.fixture(scope="session")
 def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    binary = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
+    binary = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
     if binary is None:
         pytest.skip("redis-server binary not installed")
     servers: list[RedisServer] = []

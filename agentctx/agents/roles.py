@@ -9,13 +9,14 @@ source (agentctx.citations).
 from __future__ import annotations
 
 import re
+
 from agentctx.agents.base import Agent, AgentTask, register_role
 from agentctx.agents.taxonomy import CLAUSE_TAXONOMY, ClauseKind
 from agentctx.citations import Citation, locate_quote
 from agentctx.context import Context
 from agentctx.findings import Answer, AnswerFields, ClauseFinding, RiskFields, RiskFinding, SectionSummary
-from agentctx.structured import fill_fields
 from agentctx.retrieval.policy import AttendPlan
+from agentctx.structured import fill_fields
 
 __all__ = ["Summarizer", "ClauseExtractor", "RiskAssessor", "QuestionAnswerer", "cite"]
 

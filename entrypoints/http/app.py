@@ -142,7 +142,8 @@ def _config_from_args(args: dict | None) -> AgentctxConfig:
     args = dict(args or {})
     unknown = set(args) - {"config", "agentctx"}
     if unknown:
-        raise ValueError(f"app_builder: unknown args {sorted(unknown)}; use 'config' (a path) or 'agentctx' (a mapping)")
+        raise ValueError(f"app_builder: unknown args {sorted(unknown)}; use 'config' (a path) or 'agentctx' "
+                         "(a mapping)")
     if "agentctx" in args:
         return AgentctxConfig.model_validate(args["agentctx"] or {})
     path = args.get("config") or settings.env_str("CONFIG")

@@ -87,7 +87,8 @@ def parse_multipart(body: bytes, content_type: str) -> dict[str, tuple[bytes, st
     try:
         head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
     except UnicodeEncodeError:
-        raise APIError(400, "malformed multipart content type", code="invalid_multipart", param="content-type") from None
+        raise APIError(400, "malformed multipart content type", code="invalid_multipart",
+                       param="content-type") from None
     try:
         msg = BytesParser(policy=policy.HTTP).parsebytes(head + body)
         if not msg.is_multipart():

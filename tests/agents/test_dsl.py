@@ -2,8 +2,8 @@ import pytest
 from pydantic import ValidationError
 
 from agentctx.agents import AgentSpec
-from agentctx.pipelines.dsl import Pipeline, PipelineSpec, load_pipeline
 from agentctx.pipelines.document_review import review_pipeline
+from agentctx.pipelines.dsl import Pipeline, PipelineSpec, load_pipeline
 
 
 def test_builder_wires_fan_out_over_step_outputs():

@@ -13,10 +13,10 @@ import pytest
 
 from agentctx.agents import AgentSpec
 from agentctx.config import AgentctxConfig
-from agentctx.runtime import Runtime
 from agentctx.pipelines.document_review import run_review
 from agentctx.pipelines.dsl import Pipeline
 from agentctx.pipelines.runner import PipelineRunner
+from agentctx.runtime import Runtime
 from tests.factories import make_tiny_checkpoint
 
 pytestmark = [pytest.mark.ray, pytest.mark.redis]

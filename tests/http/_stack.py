@@ -102,8 +102,8 @@ def start_stack(cfg: AgentctxConfig) -> Stack:
 def stop_stack(stack: Stack) -> None:
     import ray
 
-    from agentctx.runtime import RETRIEVAL_ACTOR
     from agentctx.entrypoints.http.server import stop_http
+    from agentctx.runtime import RETRIEVAL_ACTOR
 
     for c in stack.clients:
         c.close()

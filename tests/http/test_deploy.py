@@ -123,9 +123,9 @@ def test_serve_yaml_deploys_and_serves_healthz(ray_local, redis_url, tiny_ckpt):
         assert r.status_code == 201, r.text
     finally:
         serve.shutdown()
+        from agentctx.entrypoints.http.jobs import JOBS_ACTOR
         from agentctx.kv_store.store import ACTOR_NAME
         from agentctx.runtime import RETRIEVAL_ACTOR
-        from agentctx.entrypoints.http.jobs import JOBS_ACTOR
 
         for name in (JOBS_ACTOR, RETRIEVAL_ACTOR, ACTOR_NAME):
             try:

@@ -43,7 +43,8 @@ def _compile(fn, arg_types: dict[str, str], constexprs: dict, num_warps: int, nu
         if name not in _NOT_DIVISIBLE:
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn, sig, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
 def _ptxas_report(ptx: str) -> str | None:

@@ -7,8 +7,8 @@ import torch
 
 from agentctx.kernels import attend_selected
 
-from ._marks import GPU_TRITON
 from ._cases import assert_close_attention, make_case
+from ._marks import GPU_TRITON
 from ._triton_grid import gpu_cases, run_case
 
 pytestmark = GPU_TRITON

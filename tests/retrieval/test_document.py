@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.contracts import CLAUSE_TAXONOMY, generate_contract
 from agentctx.retrieval import DocumentIndex, Embedder, SelectionPolicy, plan
+from bench.contracts import CLAUSE_TAXONOMY, generate_contract
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
@@ -117,5 +119,5 @@ def test_empty_query_and_bad_shapes():
 def test_plan_is_frozen():
     p = plan_from_ranking([2], 4, P, SelectionPolicy(top_k_pages=1, recent_tokens=0))
     assert isinstance(p, AttendPlan)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         p.pages = ()  # type: ignore[misc]

@@ -62,7 +62,8 @@ def test_merged_products_run_only_while_active(family_path, monkeypatch):
     install_proj(loaded.model)
     calls = []
     real_linear = torch.nn.functional.linear
-    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a, **k: calls.append(a[1].shape[0]) or real_linear(*a, **k))
+    monkeypatch.setattr(torch.nn.functional, "linear",
+                        lambda *a, **k: calls.append(a[1].shape[0]) or real_linear(*a, **k))
     with torch.no_grad():
         plain = loaded.model(input_ids=ids).logits
         n_plain = len(calls)

@@ -107,8 +107,8 @@ def _run_case(name: str, spec: dict, rank: int, world: int) -> dict:
         kd, vd = shard.dense_tokens(0)
         out, lse = shard.attend_dense(0, qd, scale, softcap, **kw)
         n = int(lens.sum())
-        ref_o, ref_l = dense_attention_reference(qd[None], k.reshape(-1, Hkv, D)[:n][None], v.reshape(-1, Hkv, D)[:n][None],
-                                                 scale, softcap=softcap)
+        keys, values = k.reshape(-1, Hkv, D)[:n][None], v.reshape(-1, Hkv, D)[:n][None]
+        ref_o, ref_l = dense_attention_reference(qd[None], keys, values, scale, softcap=softcap)
         ref_o, ref_l = ref_o[0], ref_l[0]
         local_tokens = int(kd.shape[0])
     else:

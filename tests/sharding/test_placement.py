@@ -55,7 +55,8 @@ _P8 = [
     ["SYS", "SYS", "SYS", "SYS", "PXB", "PXB", "PIX", "X"],
 ]
 TOPO_PCIE8 = "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tCPU Affinity\tNUMA Affinity\n" + "".join(
-    f"GPU{i}\t" + "\t".join(row) + f"\t{'0-15' if i < 4 else '16-31'}\t{0 if i < 4 else 1}\n" for i, row in enumerate(_P8)
+    f"GPU{i}\t" + "\t".join(row) + f"\t{'0-15' if i < 4 else '16-31'}\t{0 if i < 4 else 1}\n"
+    for i, row in enumerate(_P8)
 )
 
 

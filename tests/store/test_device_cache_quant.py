@@ -87,7 +87,9 @@ def test_int8_round_trip_error_bound_and_accuracy():
     # |error| <= scale/2 from rounding, plus bf16 re-rounding of the output (<= 2^-8 relative).
     bound = error_bound(qp) + x.float().abs() * 2 ** -8 + 1e-6
     assert bool((err <= bound).all())
-    rel_rms = lambda a, b: float(((a - b) ** 2).mean().sqrt() / (b ** 2).mean().sqrt())
+    def rel_rms(a, b) -> float:
+        return float(((a - b) ** 2).mean().sqrt() / (b ** 2).mean().sqrt())
+
     assert rel_rms(y.float()[1], x.float()[1]) < 0.0125  # 1.0 % on Gaussian heads
     assert rel_rms(y.float()[0, 0], x.float()[0, 0]) < 0.10  # 7.5 %: the outlier sets the head's scale
     # Per-channel scales fix the outlier head at the cost of more scale storage.

@@ -8,13 +8,13 @@ import time
 import pytest
 
 from agentctx.kv_store import (
+    NO_REDIS_WARNING,
     BlobMeta,
     BlobNotFoundError,
     ContextExistsError,
     ContextNotFoundError,
     InProcessDirectory,
     InvalidInputError,
-    NO_REDIS_WARNING,
     make_directory,
 )
 from agentctx.kv_store.redis_directory import RedisDirectory

@@ -12,7 +12,6 @@ import ray
 import torch
 
 from agentctx.kv_store import (
-    ContextHandle,
     ContextNotFoundError,
     DevicePageCache,
     InvalidInputError,
