@@ -13,6 +13,12 @@ out="${OUT:-out/gpu}"
 mkdir -p "$out"
 py="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
+# The code imports as agentctx.* (pyproject.toml maps the folders): install this copy, editable,
+# with the image's own torch/triton/transformers (no dependencies, no network, no build isolation).
+if ! "$py" -m pip install -q --no-deps --no-build-isolation -e . > "$out/pip_install.log" 2>&1; then
+  echo "pip install -e . FAILED (see $out/pip_install.log); agentctx.* will not import:" >&2
+  tail -5 "$out/pip_install.log" >&2
+fi
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader || true
 t0=$SECONDS
 gpu_tests=(tests/kernels/test_tail_merge_gpu.py tests/kernels/test_rmsnorm_gpu.py tests/kernels/test_triton_gpu.py

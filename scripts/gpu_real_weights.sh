@@ -45,6 +45,12 @@ PY
       python3 -m pip install -q --no-index --no-deps --target /tmp/site "$dst"/gguf-*.whl
       export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     fi
+    # The code imports as agentctx.* (pyproject.toml maps the folders): install this copy, editable,
+    # with the image's own torch/triton/transformers (no dependencies, no network, no build isolation).
+    if ! python3 -m pip install -q --no-deps --no-build-isolation -e . > "$dst/pip_install.log" 2>&1; then
+      echo "pip install -e . FAILED (see $dst/pip_install.log); agentctx.* will not import:" >&2
+      tail -5 "$dst/pip_install.log" >&2
+    fi
     tok=()
     if [ -f .carry/tok/tokenizer.tgz ]; then
       mkdir -p "$dst/tokenizer" && tar xzf .carry/tok/tokenizer.tgz -C "$dst/tokenizer"
