@@ -94,3 +94,17 @@ def test_a_wheel_holds_only_agentctx(tmp_path):
     for folder in FOLDERS[1:]:
         assert f"agentctx/{folder}/__init__.py" in names, folder
     assert "agentctx/samples/sample_contract.txt" in names
+
+
+def test_the_gpu_path_imports_with_torch_triton_and_transformers_only(tmp_path):
+    # The H200 image has torch, triton and transformers and nothing else of ours: the kernels, the
+    # engine and the runner must import there (and agentctx/__init__.py must not pull anything in).
+    code = (
+        "import sys\n"
+        "for m in ('ray', 'pydantic', 'faiss', 'redis', 'sentence_transformers', 'fastapi'):\n"
+        "    sys.modules[m] = None  # importing any of them now fails\n"
+        "import agentctx.kernels, agentctx.serving.engine, agentctx.serving.model_runner\n"
+        "import agentctx.serving.static_query, agentctx.serving.config, agentctx.serving.decode\n"
+    )
+    proc = _python(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
