@@ -2,7 +2,7 @@
 
 Blocking calls (Redis, ``ray.get``) run on a private thread pool so the ingress event loop
 stays free; model calls are awaited on the Serve handle. A request whose model replica dies
-is retried on another (or its restarted self) while no output has been sent.
+is retried on another (or its restarted self) while no output has been sent (failover.py).
 """
 
 from __future__ import annotations
@@ -23,17 +23,11 @@ from ray import serve
 
 from agentctx.config import AgentctxConfig
 from agentctx.entrypoints.auth import ApiKeyAuth
-from agentctx.entrypoints.http.errors import (
-    APIError,
-    is_replica_failure,
-    map_exception,
-    retry_headers,
-    unwrap,
-    validation_error,
-)
+from agentctx.entrypoints.http.errors import APIError, map_exception, unwrap, validation_error
+from agentctx.entrypoints.http.failover import Failover
 from agentctx.entrypoints.http.jobs import jobs_actor
 from agentctx.entrypoints.metrics import HttpMetrics
-from agentctx.kv_store.errors import PagesMissingError, StoreError
+from agentctx.kv_store.errors import StoreError
 from agentctx.retrieval.policy import SelectionPolicy
 from agentctx.runtime import Runtime, context_id_for, retrieval_actor
 from agentctx.serving.client import ServeReplicaClient
@@ -46,8 +40,6 @@ log = logging.getLogger(__name__)
 
 MODEL_DEPLOYMENT = "ModelReplica"
 EMPTY_DOCUMENT = "(no document)\n"
-REPLICA_RETRY_S = 25.0           # how long a request waits for a dead replica to be replaced
-FAILOVER_GRACE_S = 3.0           # a request retried after a replica death ends by then (+ the above)
 
 
 async def wait(ref):
@@ -213,55 +205,30 @@ class ApiService:
         return value
 
     # ------------------------------------------------------------------ generation
-    def _retry_deadline(self) -> float:
-        return time.monotonic() + min(REPLICA_RETRY_S, self.cfg.serve.request_timeout_s)
-
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         """One generation; a dead replica is retried until a replacement answers (or 503)."""
-        deadline = time.monotonic() + self.cfg.serve.request_timeout_s
-        retry_until, backoff, repaired = self._retry_deadline(), 0.2, False
-        failed_over = False
+        tries = Failover(self.cfg.serve.request_timeout_s, self.retry_after_s, self.repair)
         while True:
             try:
                 return await self.model_call("generate", req, context_id=req.context_id,
-                                              timeout_s=max(0.01, deadline - time.monotonic()))
+                                             timeout_s=max(0.01, tries.deadline - time.monotonic()))
             except asyncio.TimeoutError:
-                raise self._timeout_error(failed_over) from None
+                raise tries.timeout_error() from None
             except Exception as exc:
                 inner = unwrap(exc)
-                if isinstance(inner, PagesMissingError) and not repaired:
-                    repaired = True
-                    await self.repair(req.context_id, req.tenant)
-                    continue
-                if is_replica_failure(inner) and time.monotonic() + backoff < retry_until:
-                    log.warning("model replica failed (%s); retrying in %.1f s", type(inner).__name__, backoff)
-                    # After a replica death the client gets an answer or a clear error within
-                    # the failover window, not after a full generation on the replacement.
-                    failed_over, deadline = True, min(deadline, retry_until + FAILOVER_GRACE_S)
-                    await asyncio.sleep(backoff)
-                    backoff = min(2.0, backoff * 2)
+                if await tries.recover(req, inner, "model replica failed"):
                     continue
                 raise self.error(inner) from None
 
-    def _timeout_error(self, failed_over: bool) -> APIError:
-        if failed_over:
-            return APIError(503, "the model replica failed and its replacement did not finish in time; retry",
-                            type="service_unavailable", code="replica_unavailable",
-                            headers=retry_headers(self.retry_after_s))
-        return APIError(504, "the model did not answer in time", type="timeout", code="timeout",
-                        headers=retry_headers(self.retry_after_s))
-
     async def stream(self, req: GenerateRequest) -> AsyncIterator[tuple[str, Any]]:
         """``("delta", text)``... then ``("result", GenerateResult)``; retried while nothing was sent."""
-        deadline = time.monotonic() + self.cfg.serve.request_timeout_s
-        retry_until, backoff, repaired = self._retry_deadline(), 0.2, False
-        failed_over = False
+        tries = Failover(self.cfg.serve.request_timeout_s, self.retry_after_s, self.repair)
         while True:
             gen = self.handle.options(stream=True, multiplexed_model_id=req.context_id).stream_events.remote(req)
             sent = False
             try:
                 while True:
-                    remaining = deadline - time.monotonic()
+                    remaining = tries.deadline - time.monotonic()
                     if remaining <= 0:
                         raise asyncio.TimeoutError()
                     try:
@@ -278,19 +245,11 @@ class ApiService:
                 raise
             except asyncio.TimeoutError:
                 gen.cancel()
-                raise self._timeout_error(failed_over) from None
+                raise tries.timeout_error() from None
             except Exception as exc:
                 gen.cancel()
                 inner = unwrap(exc)
-                if not sent and isinstance(inner, PagesMissingError) and not repaired:
-                    repaired = True
-                    await self.repair(req.context_id, req.tenant)
-                    continue
-                if not sent and is_replica_failure(inner) and time.monotonic() + backoff < retry_until:
-                    log.warning("model replica failed before streaming (%s); retrying", type(inner).__name__)
-                    failed_over, deadline = True, min(deadline, retry_until + FAILOVER_GRACE_S)
-                    await asyncio.sleep(backoff)
-                    backoff = min(2.0, backoff * 2)
+                if not sent and await tries.recover(req, inner, "model replica failed before streaming"):
                     continue
                 raise self.error(inner) from None
 
