@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 import pytest
 
 from bench.contracts import CLAUSE_TAXONOMY, generate_contract
@@ -73,3 +75,25 @@ def test_each_method_finds_the_clause_in_a_real_licence(method, wordpiece_tokeni
     # The evidence of that page is the litigation sentence's passage.
     a, b = res.evidence[res.pages.tolist().index(next(iter(want & set(res.pages.tolist()))))]
     assert a <= fact < b, text[a:b]
+
+
+def test_hybrid_score_is_cosine_plus_the_two_bonuses(wordpiece_tokenizer, embedder):
+    """Hand-checked: hybrid = cosine + w_lex * bm25 / max(bm25) + w_type * [holds the asked type]."""
+    text = ("The Licensee shall pay the invoice within thirty (30) days. "
+            "Payment terms are described in the order form. "
+            "The parties shall act in good faith.")
+    enc = wordpiece_tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+    d = DocumentIndex(text, enc["offset_mapping"], embedder=embedder, page_size=8,
+                      lexical_weight=0.1, answer_type_weight=0.2)
+    q = "How long does the licensee have to pay?"
+    qv = embedder.embed_query(q)
+    cos = d._vectors @ qv
+    bm = d.lexical.scores(q)
+    typed = [1.0, 0.0, 0.0]  # only the first sentence holds a duration
+    want = cos + 0.1 * bm / bm.max() + 0.2 * np.array(typed)
+    assert np.allclose(d.passage_scores(q, qv), want, atol=1e-6)
+    plain = DocumentIndex(text, enc["offset_mapping"], embedder=embedder, page_size=8,
+                          lexical_weight=0.0, answer_type_weight=0.0)
+    assert np.allclose(plain.passage_scores(q, qv), cos, atol=1e-6)
+    # the dense method ranks by cosine alone; hybrid moves the typed sentence's page first
+    assert d.retrieve(q, 1).evidence[0] == (0, text.index("Payment") - 1)
