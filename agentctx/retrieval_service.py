@@ -38,13 +38,13 @@ class RetrievalService:
         with self._lock:
             if context_id in self._indices:
                 return {"reused": True, "num_pages": self._indices[context_id].num_pages}
-        idx = DocumentIndex(text, offsets, page_size=self.page_size, embedder=self.embedder,
-                            section_pages=self.section_pages)
+        idx = DocumentIndex(text, offsets, page_size=self.page_size, embedder=self.embedder)
         with self._lock:
             self._indices[context_id] = idx
         s = idx.stats
-        return {"reused": False, "num_pages": s.num_pages, "embed_s": s.embed_seconds,
-                "index_s": s.index_seconds, "texts_encoded": s.texts_encoded}
+        return {"reused": False, "num_pages": s.num_pages, "num_passages": s.num_passages,
+                "embed_s": s.embed_seconds, "index_s": s.total_seconds - s.embed_seconds,
+                "texts_encoded": s.texts_encoded}
 
     def _index(self, context_id: str, tenant: str) -> DocumentIndex:
         with self._lock:

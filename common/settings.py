@@ -16,6 +16,8 @@ __all__ = [
     "page_size",
     "max_context_tokens",
     "device",
+    "embed_backend",
+    "embed_device",
     "env_str",
     "env_int",
 ]
@@ -67,6 +69,28 @@ def max_context_tokens() -> int:
 def device() -> str:
     """AGENTCTX_DEVICE (default: cuda when available, else cpu)."""
     value = env_str("DEVICE")
+    if value:
+        return value
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def embed_backend() -> str:
+    """AGENTCTX_EMBED_BACKEND (default ``auto``): the MiniLM encoder, ``auto`` | ``onnx`` | ``torch``.
+
+    ``auto`` runs ONNX Runtime on CPU when it is installed and agrees with torch, else torch.
+    """
+    return env_str("EMBED_BACKEND", "auto") or "auto"
+
+
+def embed_device() -> str:
+    """AGENTCTX_EMBED_DEVICE (default: cuda when torch sees a GPU, else cpu): where MiniLM runs.
+
+    Indexing a 1M-token document embeds ~40K passages; a GPU does that in seconds. In a Ray
+    actor with no GPU assigned, torch sees none and this is cpu.
+    """
+    value = env_str("EMBED_DEVICE")
     if value:
         return value
     import torch

@@ -59,7 +59,7 @@ _WHERE = {
     "plan_from_ranking": "policy",
     "page_key_bounds": "key_scorer",
     "quest_scores": "key_scorer",
-    "reciprocal_rank_fusion": "key_scorer",
+    "reciprocal_rank_fusion": "fusion",
     "fuse_rankings": "key_scorer",
 }
 
@@ -83,7 +83,8 @@ if TYPE_CHECKING:  # static checkers see real imports
     from .chunking import Chunk, build_chunks, page_char_spans
     from .document import BuildStats, DocumentIndex, PageRetriever
     from .embedding import Embedder
+    from .fusion import reciprocal_rank_fusion
     from .hierarchical import HierarchicalIndex, RetrieveResult
     from .index import FaissFlatIndex, FaissHNSWIndex, VectorIndex, make_index
-    from .key_scorer import fuse_rankings, page_key_bounds, quest_scores, reciprocal_rank_fusion
+    from .key_scorer import fuse_rankings, page_key_bounds, quest_scores
     from .policy import AttendPlan, SelectionPolicy, plan, plan_from_ranking

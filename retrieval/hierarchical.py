@@ -38,11 +38,15 @@ class RetrieveResult:
 
     Attributes:
         pages: ``(k,)`` int64 page indices, best first, distinct.
-        scores: ``(k,)`` float32 cosine scores of those pages.
-        mode: which path answered (``"flat"`` or ``"hierarchical"``).
-        search_seconds: wall time of the vector search for this query.
+        scores: ``(k,)`` float32 scores of those pages, on the method's scale (cosine for
+            ``dense``, BM25 for ``lexical``, the reciprocal-rank-fusion score for ``hybrid``).
+        mode: which path of the dense index answered (``"flat"`` or ``"hierarchical"``).
+        search_seconds: wall time of the search for this query (all scorers and fusion).
         embed_seconds: wall time to embed the query (0 when cached or given).
         sections_searched: sections visited (``None`` in flat mode).
+        method: how pages were ranked (``dense``, ``lexical`` or ``hybrid``).
+        evidence: per page, the ``(char_start, char_end)`` of the passage that matched
+            the query best (empty when the ranking came from bare vectors).
     """
 
     pages: np.ndarray
@@ -51,6 +55,8 @@ class RetrieveResult:
     search_seconds: float
     embed_seconds: float = 0.0
     sections_searched: int | None = None
+    method: str = "dense"
+    evidence: tuple[tuple[int, int], ...] = ()
 
     @property
     def total_seconds(self) -> float:

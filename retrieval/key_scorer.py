@@ -17,7 +17,9 @@ from typing import Literal, Sequence
 
 import torch
 
-__all__ = ["page_key_bounds", "quest_scores", "reciprocal_rank_fusion", "fuse_rankings"]
+from .fusion import reciprocal_rank_fusion
+
+__all__ = ["page_key_bounds", "quest_scores", "fuse_rankings"]
 
 
 def page_key_bounds(
@@ -83,28 +85,6 @@ def quest_scores(
     bound = torch.maximum(qf * lo, qf * hi).sum(dim=-1)  # (N, Hkv, G)
     bound = bound.reshape(bound.shape[0], hq)
     return bound.sum(dim=1) if reduce == "sum" else bound.amax(dim=1)
-
-
-def reciprocal_rank_fusion(
-    rankings: Sequence[Sequence[int]], k: float = 60.0, weights: Sequence[float] | None = None
-) -> list[int]:
-    """Fuse best-first rankings: score(p) = Σ w_i / (k + rank_i(p)), rank from 1.
-
-    RRF needs no score calibration between sources (cosine similarities and
-    key bounds live on unrelated scales), only their orderings.
-    """
-    weights = [1.0] * len(rankings) if weights is None else list(weights)
-    if len(weights) != len(rankings):
-        raise ValueError(f"{len(rankings)} rankings but {len(weights)} weights")
-    score: dict[int, float] = {}
-    first_seen: dict[int, int] = {}
-    for ranking, w in zip(rankings, weights):
-        for rank, page in enumerate(ranking, start=1):
-            page = int(page)
-            score[page] = score.get(page, 0.0) + w / (k + rank)
-            first_seen.setdefault(page, len(first_seen))
-    # Ties (e.g. symmetric positions in two lists) break by first appearance.
-    return sorted(score, key=lambda p: (-score[p], first_seen[p]))
 
 
 def fuse_rankings(

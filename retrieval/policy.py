@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .document import PageRetriever
@@ -44,6 +45,11 @@ class SelectionPolicy(BaseModel):
         0, ge=0, le=8, description="Pages added on each side of every retrieved page."
     )
     recent_tokens: int = Field(1024, ge=0, description="Trailing tokens always attended (local window).")
+    method: Literal["hybrid", "dense", "lexical"] = Field(
+        "hybrid",
+        description="How pages are ranked: fusion of dense passage embeddings and BM25 (hybrid), "
+        "or either alone.",
+    )
 
     @model_validator(mode="after")
     def _check_budget(self) -> "SelectionPolicy":
@@ -88,7 +94,9 @@ class AttendPlan:
         context_tokens: tokens in the whole document.
         budget_tokens: the budget applied, or ``None`` in top-k mode.
         all_pages: the budget covered the whole document.
-        retrieval: the ranking used, with its timing (``None`` if not needed).
+        method: how retrieved pages were ranked (``hybrid``, ``dense``, ``lexical``; ``given``
+            when the caller passed the ranking; ``none`` when no page needed ranking).
+        retrieval: the ranking used, with its timing and per-page evidence (``None`` if not needed).
     """
 
     pages: tuple[int, ...]
@@ -97,6 +105,7 @@ class AttendPlan:
     context_tokens: int
     budget_tokens: int | None = None
     all_pages: bool = False
+    method: str = "none"
     retrieval: RetrieveResult | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -113,6 +122,14 @@ class AttendPlan:
     def pages_with(self, reason: Reason) -> tuple[int, ...]:
         return tuple(p for p, r in zip(self.pages, self.reasons) if r == reason)
 
+    def evidence_of(self, page: int) -> tuple[int, int] | None:
+        """Char span of the passage that got ``page`` retrieved (``None`` if it was not ranked)."""
+        r = self.retrieval
+        if r is None or not r.evidence:
+            return None
+        hits = np.flatnonzero(r.pages == page)
+        return r.evidence[int(hits[0])] if len(hits) and int(hits[0]) < len(r.evidence) else None
+
 
 def _page_tokens(page: int, num_pages: int, last_page_len: int, page_size: int) -> int:
     return last_page_len if page == num_pages - 1 else page_size
@@ -122,6 +139,8 @@ def _finish(chosen: dict[int, Reason], num_pages: int, last_page_len: int, page_
             context_tokens: int, budget: int | None, all_pages: bool,
             retrieval: RetrieveResult | None) -> AttendPlan:
     pages = tuple(sorted(chosen))
+    ranked = "retrieved" in chosen.values() or "neighbor" in chosen.values()
+    method = (retrieval.method if retrieval is not None else "given") if ranked else "none"
     return AttendPlan(
         pages=pages,
         reasons=tuple(chosen[p] for p in pages),
@@ -129,6 +148,7 @@ def _finish(chosen: dict[int, Reason], num_pages: int, last_page_len: int, page_
         context_tokens=context_tokens,
         budget_tokens=budget,
         all_pages=all_pages,
+        method=method,
         retrieval=retrieval,
     )
 
@@ -225,7 +245,7 @@ def plan(
     else:
         k = math.ceil(budget / P) + mandatory
     k = min(num_pages, k)
-    result = index.retrieve(query, k) if k > 0 else None
+    result = index.retrieve(query, k, method=policy.method) if k > 0 else None
     ranked = [] if result is None else result.pages.tolist()
     out = plan_from_ranking(ranked, num_pages, last_page_len, policy, result)
     # Neighbours can already hold ranked pages, leaving the budget unfilled;
@@ -234,6 +254,6 @@ def plan(
         budget is None and len(out.pages_with("retrieved")) < (policy.top_k_pages or 0)
     )
     if short and k < num_pages:
-        result = index.retrieve(query, num_pages)
+        result = index.retrieve(query, num_pages, method=policy.method)
         out = plan_from_ranking(result.pages.tolist(), num_pages, last_page_len, policy, result)
     return out

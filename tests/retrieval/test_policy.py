@@ -18,7 +18,7 @@ class FakeRetriever:
         self.num_pages = num_pages
         self.asked: list[int] = []
 
-    def retrieve(self, query, k):
+    def retrieve(self, query, k, method="hybrid"):
         self.asked.append(k)
         pages = np.array(self.ranking[:k], dtype=np.int64)
         return RetrieveResult(pages, np.linspace(1, 0, len(pages)).astype(np.float32), "flat", 0.0)

@@ -1,0 +1,189 @@
+"""Page selection on real documents: strict recall of the attend plan, index build time, plan latency.
+
+The dev set (``bench/devsets/selection``) plants facts in real texts shipped in
+Debian and PyPI packages and asks questions that paraphrase them. For each
+question the runtime's policy builds an :class:`AttendPlan` under a token
+budget; **strict recall** counts a question when every page its fact touches
+is in the plan. The synthetic contract generator (``bench/contracts.py``) is
+run as a secondary row with ``--synthetic``.
+
+    python -m bench.bench_selection --sizes 32k,128k --out sel.json
+    python -m bench.bench_selection --sizes 1m --methods hybrid
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+GEMMA_DIR = Path.home() / ".cache" / "agentctx" / "models" / "gemma-3-270m-q4_k_m"
+
+
+@dataclass
+class Row:
+    """One (document, size, method) result."""
+
+    family: str
+    size: str
+    method: str
+    tokens: int
+    pages: int
+    questions: int = 0
+    hits: dict[str, int] = field(default_factory=dict)  # budget -> strict hits
+    ranks: list[float] = field(default_factory=list)  # rank of the fact's worst page / pages
+    plan_ms: list[float] = field(default_factory=list)
+    build_s: float = 0.0
+    misses: list[str] = field(default_factory=list)
+
+    def recall(self, budget: str) -> float:
+        return self.hits.get(budget, 0) / max(1, self.questions)
+
+
+def load_tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    if not (GEMMA_DIR / "tokenizer.json").exists():
+        raise SystemExit(f"the Gemma tokenizer is not at {GEMMA_DIR}: run `agentctx prepare-model` first")
+    return AutoTokenizer.from_pretrained(str(GEMMA_DIR), local_files_only=True)
+
+
+def fact_pages(offsets: list[tuple[int, int]], start: int, end: int, page_size: int) -> list[int]:
+    return sorted({i // page_size for i, (s, e) in enumerate(offsets) if e > start and s < end and e > s})
+
+
+def evaluate(name: str, size: str, text: str, facts: list[tuple[str, int, int]], tok: Any,
+             args: argparse.Namespace, cache: Path) -> list[Row]:
+    """Index ``text`` once (cold embedding cache: the build time is real), then plan every question."""
+    from agentctx.retrieval.document import DocumentIndex
+    from agentctx.retrieval.embedding import Embedder
+    from agentctx.retrieval.policy import SelectionPolicy, plan
+
+    enc = tok(text, return_offsets_mapping=True, add_special_tokens=False)
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    # A fresh cache per document makes the build cold (its time is real); --cache-dir shares one.
+    emb = Embedder(cache_dir=cache if args.cache_dir else cache / f"{name}-{size}")
+    _ = emb.encoder  # load (and export) the encoder outside the timed build
+    t0 = time.perf_counter()
+    idx = DocumentIndex(text, offsets, embedder=emb, page_size=args.page_size)
+    build_s = time.perf_counter() - t0
+    s = idx.stats
+    print(f"  {name} {size}: {idx.num_tokens:,} tokens, {idx.num_pages} pages, {s.num_passages} passages; "
+          f"build {build_s:.1f}s (passages {s.chunk_seconds:.1f}, bm25 {s.lexical_seconds:.1f}, "
+          f"embed {s.embed_seconds:.1f}, index {s.index_seconds:.1f}) = "
+          f"{build_s / idx.num_tokens * 1e5:.1f}s per 100K tokens", flush=True)
+    rows = []
+    for method in args.methods:
+        row = Row(name, size, method, idx.num_tokens, idx.num_pages, build_s=build_s)
+        for question, a, b in facts:
+            want = fact_pages(offsets, a, b, args.page_size)
+            emb._memo.clear()  # a new question: its embedding is part of the plan's latency
+            ranked = idx.retrieve(question, idx.num_pages, method=method).pages.tolist()
+            pos = {p: i for i, p in enumerate(ranked)}
+            row.ranks.append(max(pos.get(p, idx.num_pages) for p in want) / idx.num_pages)
+            row.questions += 1
+            for budget in args.budgets:
+                pol = SelectionPolicy(budget_fraction=budget, top_k_pages=None, sink_pages=1,
+                                      recent_tokens=args.recent_tokens, page_size_tokens=args.page_size,
+                                      method=method)
+                emb._memo.clear()
+                t = time.perf_counter()
+                p = plan(question, idx, idx.num_pages, idx.last_page_len, pol)
+                ms = (time.perf_counter() - t) * 1e3
+                if budget == args.budgets[-1]:
+                    row.plan_ms.append(ms)
+                ok = all(pg in p.pages for pg in want)
+                row.hits[str(budget)] = row.hits.get(str(budget), 0) + ok
+                if not ok and budget == args.budgets[-1]:
+                    row.misses.append(f"rank {pos.get(want[0], -1)}/{idx.num_pages}: {question}")
+        rows.append(row)
+    return rows
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
+
+
+def markdown(rows: list[Row], budgets: list[float]) -> str:
+    head = ["document", "size", "tokens", "pages", "questions", "method"]
+    head += [f"recall @{b:.0%}" for b in budgets] + ["median rank", "build s / 100K tok", "plan ms p50 / p95"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.family, r.size, f"{r.tokens:,}", str(r.pages), str(r.questions), r.method]
+        cells += [f"{r.recall(str(b)):.2f}" for b in budgets]
+        cells += [f"{statistics.median(r.ranks) * r.pages:.0f} of {r.pages}",
+                  f"{r.build_s / r.tokens * 1e5:.1f}", f"{pct(r.plan_ms, 0.5):.1f} / {pct(r.plan_ms, 0.95):.1f}"]
+        out.append("| " + " | ".join(cells) + " |")
+    # Totals per size and method over families (the headline rows).
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        if r.family != "synthetic":
+            groups.setdefault((r.size, r.method), []).append(r)
+    for (size, method), rs in groups.items():
+        n = sum(r.questions for r in rs)
+        cells = ["**all real**", size, "", "", str(n), method]
+        cells += [f"**{sum(r.hits.get(str(b), 0) for r in rs) / max(1, n):.2f}**" for b in budgets]
+        cells += ["", "", ""]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="32k,128k", help="comma list of 32k, 128k, 1m")
+    ap.add_argument("--families", default="", help="comma list (default: all)")
+    ap.add_argument("--methods", default="hybrid,dense,lexical", type=lambda s: s.split(","))
+    ap.add_argument("--budgets", default="0.05,0.12", type=lambda s: [float(x) for x in s.split(",")])
+    ap.add_argument("--recent-tokens", type=int, default=256, help="policy: trailing tokens always attended "
+                    "(the runtime default)")
+    ap.add_argument("--page-size", type=int, default=256)
+    ap.add_argument("--synthetic", action="store_true", help="also the bench/contracts.py generator (secondary)")
+    ap.add_argument("--cache-dir", default="", help="embedding cache root (default: a fresh temp dir: cold build)")
+    ap.add_argument("--out", default="", help="write JSON results here")
+    args = ap.parse_args(argv)
+
+    import bench.devsets.selection as devset
+
+    tok = load_tokenizer()
+    cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="agentctx-sel-"))
+    print(f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; budgets {args.budgets}; "
+          f"recent {args.recent_tokens} tokens; methods {args.methods}", flush=True)
+    rows: list[Row] = []
+    for size in args.sizes.split(","):
+        for fam in (args.families.split(",") if args.families else devset.families()):
+            doc = devset.build(fam, devset.SIZES[size], tok)
+            facts = [(f.question, f.char_start, f.char_end) for f in doc.facts]
+            rows += evaluate(fam, size, doc.text, facts, tok, args, cache)
+        if args.synthetic:
+            from bench.contracts import generate_contract
+
+            syn = generate_contract(devset.SIZES[size], max(10, devset.SIZES[size] // 1280), seed=0, tokenizer=tok)
+            facts = [(n.question, n.char_start, n.char_end) for n in syn.needles]
+            rows += evaluate("synthetic", size, syn.text, facts, tok, args, cache)
+    table = markdown(rows, args.budgets)
+    print("\n" + table)
+    for r in rows:
+        for m in r.misses:
+            print(f"  miss [{r.family} {r.size} {r.method}] {m}")
+    if args.out:
+        payload = {"argv": sys.argv, "machine": platform.machine(), "cpus": os.cpu_count(),
+                   "rows": [r.__dict__ for r in rows], "markdown": table}
+        Path(args.out).write_text(json.dumps(payload, indent=1))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
