@@ -30,8 +30,9 @@ __all__ = ["Block", "blocks", "sentences", "sentence_spans", "is_heading_line"]
 _ITEM_START = re.compile(
     r"""^[ \t]*(?:
         \#{1,6}[ \t]                                  # Markdown heading
-      | [-*\u2022\u25aa][ \t]                         # bullet
+      | [-*\u2022\u25aa][ \t](?![^\n]*\*[ \t]*\n?$)     # bullet (not a line inside a box of asterisks)
       | \(?(?:\d{1,3}(?:\.\d{1,3}){0,4}|[a-zA-Z]|[ivxlcIVXLC]{1,6})[.)][ \t]   # 1.  8.1  a)  (iv)
+      | \d{1,3}(?:\.\d{1,3}){1,4}[ \t]+(?![a-z])       # 8.1 without its closing dot (not "2.1 of this")
       | \(\s*(?:\d{1,3}|[a-zA-Z]|[ivxlcIVXLC]{1,6})\s*\)[ \t]?               # (a) (12)
       | (?:ARTICLE|Article|SECTION|Section|Clause|CLAUSE|Schedule|SCHEDULE|Exhibit|EXHIBIT|Annex|ANNEX|Appendix|APPENDIX)\b
     )""",
@@ -104,19 +105,58 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+_CONTINUES = frozenset(
+    "the of to and or a an in for with by that which under any its is are be as at on from than "
+    "this these such each all no not if".split()
+)
+
+
+def _heading_in_context(line: str, prev: str | None, nxt: str | None) -> bool:
+    """``is_heading_line`` plus what hard-wrapped text needs: a title stands alone.
+
+    A Title-Case line inside a wrapped paragraph ("Attribution 4.0 International Public
+    License. To the") is not a heading when the line before it runs on into it, when it
+    ends with a word that needs a continuation, or when the next line starts lower-case.
+    """
+    if not is_heading_line(line):
+        return False
+    s = line.strip()
+    if s.startswith("#"):
+        return True
+    last = s.split()[-1].lower().strip("\"'(),")
+    if last in _CONTINUES:
+        return False
+    if nxt is not None and nxt.strip()[:1].islower():
+        return False
+    if nxt is not None and len(s) > 55 and not _ITEM_START.match(nxt):
+        return False  # a long line whose paragraph goes on: the first line of a wrapped sentence
+    if prev is not None:
+        p = prev.rstrip()
+        if p and p[-1] not in ".:;!?)" and len(p.strip()) > 60:
+            return False  # a long line that runs on: we are its continuation
+    return True
+
+
 def blocks(text: str) -> list[Block]:
     """Blocks of ``text`` in order, as trimmed spans (never empty)."""
     out: list[Block] = []
     para_start = 0
     bounds = [m.start() for m in _BLANK.finditer(text)] + [len(text)]
     for para_end in bounds:
+        lines = [(ls, le) for ls, le in _lines(text, para_start, para_end) if text[ls:le].strip()]
         cur: tuple[int, int] | None = None
         cur_heading = False
-        for ls, le in _lines(text, para_start, para_end):
+        for i, (ls, le) in enumerate(lines):
             line = text[ls:le]
-            if not line.strip():
+            if not any(c.isalnum() for c in line):  # a rule, an underline, a box border: ends a block
+                if cur is not None:
+                    s, e = _trim(text, *cur)
+                    out.append(Block(s, e, cur_heading))
+                cur, cur_heading = None, False
                 continue
-            heading = is_heading_line(line)
+            prev = text[slice(*lines[i - 1])] if i else None
+            nxt = text[slice(*lines[i + 1])] if i + 1 < len(lines) else None
+            heading = _heading_in_context(line, prev, nxt)
             # A new block starts at an item marker, at a heading line, and after a heading line.
             if cur is None or heading or cur_heading or _ITEM_START.match(line):
                 if cur is not None:
@@ -176,23 +216,34 @@ def sentence_spans(text: str, start: int, end: int, max_chars: int = 600) -> lis
 
 
 def _cut_long(text: str, span: tuple[int, int], max_chars: int) -> list[tuple[int, int]]:
+    """Cut a sentence longer than ``max_chars`` into about equal pieces, at ``;``/``:`` or spaces."""
     a, b = span
     if b - a <= max_chars:
         return [span]
+    n = -(-(b - a) * 5 // (4 * max_chars))  # pieces of ~80% of the limit leave room to move a cut
     pieces = []
-    while b - a > max_chars:
-        window = text[a : a + max_chars]
-        cut = max(window.rfind("; "), window.rfind(": "))
-        if cut < max_chars // 3:
-            cut = window.rfind(" ")
-        if cut <= 0:
-            cut = max_chars - 1
-        pieces.append(_trim(text, a, a + cut + 1))
-        a = _trim(text, a + cut + 1, b)[0]
+    for i in range(n - 1, 0, -1):  # i pieces remain after this cut
+        target = a + (b - a) // (i + 1)
+        lo = max(a + 1, target - max_chars // 5)
+        hi = min(b - 1, target + max_chars // 5, a + max_chars)
+        window = text[lo:hi]
+        cut = max(window.rfind("; "), window.rfind(": "), window.rfind(", "))
+        cut = lo + cut + 1 if cut >= 0 else (text.rfind(" ", a + 1, target + 1) if " " in text[a + 1:target + 1] else target)
+        pieces.append(_trim(text, a, cut))
+        a = _trim(text, cut, b)[0]
     pieces.append((a, b))
     return [p for p in pieces if p[1] > p[0]]
 
 
 def sentences(text: str, max_chars: int = 600) -> list[tuple[int, int]]:
-    """All sentences of ``text`` in order: blocks first, then sentences inside each block."""
-    return [sp for blk in blocks(text) for sp in sentence_spans(text, blk.start, blk.end, max_chars)]
+    """All sentences of ``text`` in order: blocks first, then sentences inside each block.
+
+    A heading block is one sentence whatever its punctuation.
+    """
+    out: list[tuple[int, int]] = []
+    for blk in blocks(text):
+        if blk.heading:  # a title is one unit: "ARTICLE 12. GOVERNING LAW" is not two sentences
+            out.append((blk.start, blk.end))
+        else:
+            out.extend(sentence_spans(text, blk.start, blk.end, max_chars))
+    return out

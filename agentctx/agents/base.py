@@ -69,6 +69,10 @@ class ContextLLM:
         t0 = time.perf_counter()
         scores = self.ctx.score(prompt, options, self.plan, per_token=per_token)
         self.stats.calls += 1
+        # A scored choice reads the plan's pages like a generation does (dense: all of them).
+        n = self.ctx.info.num_tokens
+        self.stats.attended_tokens += self.plan.attended_tokens if self.plan is not None else n
+        self.stats.context_tokens += self.plan.context_tokens if self.plan is not None else n
         self.stats.model_s += time.perf_counter() - t0
         return scores
 

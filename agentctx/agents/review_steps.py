@@ -1,0 +1,186 @@
+"""What the review's agents do for one task: a section summary, a clause, a clause's risks.
+
+The text analysis (structure, candidates, rules, centrality) is pure and lives in
+:mod:`retrieval.structure`, :mod:`.clause_candidates`, :mod:`.risk_rules` and
+:mod:`.section_summary`. Here it meets the context: retrieval ranks pages for a
+kind's query, and the model does what a small base model does well.
+
+* **Clause**: candidates are drawn from the structure and language of the document,
+  with a small bonus for the pages retrieval ranks first (:func:`extract_clause`).
+  If the best is below the kind's threshold the kind is *not found*, with what was
+  searched. Otherwise, when more than one candidate scores within ``MODEL_MARGIN`` of
+  the best, the model chooses among those (at most ``MAX_OPTIONS``): each is scored
+  as the answer to the kind's question (mean log-probability per token, attending
+  the candidates' pages). Its choice and every option's score go into the finding,
+  so the bench can tell whether the choice helped.
+* **Risks**: the red-flag rules over the sentences of the kind's sections
+  (:func:`assess_risks`); for each rule that fired, the model's probability of each
+  severity is kept beside the rule's severity as a secondary, labelled signal.
+* **Summary**: the section's central obligation sentences (:func:`summarize_section`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentctx.agents.clause_candidates import MIN_BODY, RETRIEVAL_BONUS, draw_candidates
+from agentctx.agents.clause_lexicon import normalize, title_matches
+from agentctx.agents.risk_rules import RuleHit, evaluate_rules
+from agentctx.agents.section_summary import key_sentences
+from agentctx.agents.taxonomy import CLAUSE_TAXONOMY
+from agentctx.citations import Citation
+from agentctx.findings import ClauseFinding, RiskAssessment, RiskFinding, SectionSummary, SeverityField
+from agentctx.structured import fill_fields
+from retrieval.structure import DocumentStructure, structure_of
+
+__all__ = ["extract_clause", "assess_risks", "summarize_section", "span_citation", "MODEL_MARGIN", "MAX_OPTIONS",
+           "kind_scope"]
+
+MODEL_MARGIN = 0.5  # candidates this close to the best go to the model (set on the tuning half)
+MAX_OPTIONS = 3
+_SEVERITY_RANK = {"low": 0, "medium": 1, "high": 2}
+
+
+def span_citation(ctx, start: int, end: int) -> Citation:
+    """A citation of ``ctx.text[start:end]``: source text by construction, so verified."""
+    page = ctx.page_of_char(start)
+    return Citation(page=page, page_id=ctx.page_ids[page], char_start=start, char_end=end,
+                    quote=ctx.text[start:end], verified=True)
+
+
+def _retrieved_pages(plan, n: int) -> list[int]:
+    if plan is None:
+        return []
+    if plan.retrieval is not None:
+        ranked = [int(p) for p in plan.retrieval.pages if int(p) in plan.pages]
+        if ranked:
+            return ranked[:n]
+    return list(plan.pages_with("retrieved"))[:n]
+
+
+def extract_clause(agent, ctx, task: dict[str, Any]) -> ClauseFinding:
+    from agentctx.agents.roles import clause_question
+
+    kind = CLAUSE_TAXONOMY[task["clause"]]
+    st = structure_of(ctx.text)
+    ranking = ctx.plan(kind.query, agent.spec.policy)  # retrieval's view, in both attention modes
+    top_pages = _retrieved_pages(ranking, 2)
+    boost = {u.start: RETRIEVAL_BONUS for u in st.units if ctx.page_of_char(u.start) in top_pages}
+    dec = draw_candidates(st, kind.kind, boost=boost)
+    searched = {"query": kind.query, "sections_with_matching_headings": dec.sections_searched,
+                "retrieved_pages": _retrieved_pages(ranking, 4), "sentences_scored": len(st.units)}
+    shown = [c.to_dict() for c in dec.candidates[:MAX_OPTIONS]]
+    util = ranking.utilization if not agent.spec.dense else 1.0
+    best = dec.best
+    if not dec.found:
+        why = ("no sentence carries its language" if best is None else
+               f"the best evidence ({best.section_name}) scores {best.score:.2f}, below {dec.threshold:.2f}"
+               if best.score < dec.threshold else
+               f"the best candidate ({best.section_name}) matches by heading only")
+        return ClauseFinding(kind=kind.kind, present=False, utilization=util, threshold=dec.threshold,
+                             score=best.score if best else None, candidates=shown, searched=searched,
+                             note=f"not found: {why}")
+    close = [c for c in dec.candidates if c.score >= best.score - MODEL_MARGIN
+             and c.score >= dec.threshold and c.body_score >= MIN_BODY][:MAX_OPTIONS]
+    pick, chosen_by = close[0], "rules"
+    if len(close) > 1:
+        pages = sorted({ctx.page_of_char(c.start) for c in close} | {ctx.page_of_char(c.end - 1) for c in close}
+                       | set(ranking.pages_with("retrieved")))
+        plan = None if agent.spec.dense else ctx.pages_plan(pages, agent.spec.policy)
+        util = plan.utilization if plan is not None else 1.0
+        options = [normalize(ctx.text[c.start:c.end]) + '"' for c in close]
+        scores = agent.llm(ctx, plan).scores(agent.prompt(clause_question(kind)), options, per_token=True)
+        m = max(range(len(close)), key=scores.__getitem__)
+        pick, chosen_by = close[m], "model"
+        shown = [dict(c.to_dict(), model_score=round(s, 4)) for c, s in zip(close, scores, strict=True)] + \
+            [c.to_dict() for c in dec.candidates[len(close):MAX_OPTIONS]]
+    return ClauseFinding(kind=kind.kind, present=True, quote=ctx.text[pick.start:pick.end],
+                         citation=span_citation(ctx, pick.start, pick.end), utilization=util,
+                         section=pick.section_name, score=pick.score, threshold=dec.threshold,
+                         chosen_by=chosen_by, candidates=shown, searched=searched)
+
+
+def kind_scope(st: DocumentStructure, kind: str, char_start: int | None) -> list[tuple[int, int]]:
+    """Sentence spans of the sections that carry a kind: those whose heading names it, and the
+    titled section (else the top section) around the clause's citation."""
+    ranges = [(s.start, s.end) for s in st.sections if title_matches(kind, s.title)]
+    if char_start is not None:
+        sec = st.section_at(char_start)
+        path = st.path(sec.index) if sec else []
+        titled = [s for s in path if s.title]
+        around = titled[-1] if titled else (path[0] if path else None)
+        if around is not None:
+            ranges.append((around.start, around.end))
+        elif st.preamble:
+            ranges.append(st.preamble)
+    seen, spans = set(), []
+    for a, b in sorted(ranges):
+        for u in st.units_in(a, b):
+            if (u.start, u.end) not in seen:
+                seen.add((u.start, u.end))
+                spans.append((u.start, u.end))
+    return sorted(spans)
+
+
+def _group(hits: list[RuleHit], own: tuple[int, int] | None) -> list[list[RuleHit]]:
+    """Hits per rule, the most severe first (then the clause's own section, then document order)."""
+    by_rule: dict[str, list[RuleHit]] = {}
+    for h in hits:
+        by_rule.setdefault(h.rule, []).append(h)
+
+    def key(h: RuleHit):
+        inside = own is not None and h.start is not None and own[0] <= h.start < own[1]
+        return (-_SEVERITY_RANK[h.severity], not inside, h.start or 0)
+
+    return [sorted(v, key=key) for v in by_rule.values()]
+
+
+def model_severity(agent, ctx, kind: str, quote: str) -> tuple[str | None, dict[str, float]]:
+    """The model's severity choice and its probabilities for one evidence sentence (secondary)."""
+    from agentctx.agents.roles import risk_prompt
+
+    plan = agent.plan(ctx, quote or kind)
+    probs: dict[str, dict[str, float]] = {}
+    fields = fill_fields(agent.llm(ctx, plan), agent.prompt(risk_prompt(kind.replace("_", " "), quote)),
+                         SeverityField, max_attempts=agent.spec.max_attempts, choice_probs=probs)
+    return fields.severity, probs.get("severity", {})
+
+
+def assess_risks(agent, ctx, task: dict[str, Any]) -> RiskAssessment:
+    clause = ClauseFinding.model_validate(task["input"])
+    st = structure_of(ctx.text)
+    start = clause.citation.char_start if clause.citation else None
+    own = None
+    if start is not None:
+        sec = st.section_at(start)
+        titled = [s for s in st.path(sec.index) if s.title] if sec else []
+        own = (titled[-1].start, titled[-1].end) if titled else None
+    hits = evaluate_rules(clause.kind, ctx.text, kind_scope(st, clause.kind, start))
+    risks = []
+    for group in _group(hits, own):
+        h = group[0]
+        cit = span_citation(ctx, h.start, h.end) if h.start is not None else None
+        sev, probs = model_severity(agent, ctx, clause.kind, normalize(ctx.text[h.start:h.end]) if cit else "")
+        risks.append(RiskFinding(severity=h.severity, rationale=h.rationale, recommendation=h.recommendation,
+                                 clause_kind=clause.kind, citation=cit, severity_probs=probs, rule=h.rule,
+                                 model_severity=sev, facts=h.facts,
+                                 other_evidence=[span_citation(ctx, o.start, o.end) for o in group[1:]
+                                                 if o.start is not None]))
+    return RiskAssessment(clause_kind=clause.kind, risks=risks)
+
+
+def summarize_section(agent, ctx, task: dict[str, Any]) -> SectionSummary:
+    st = structure_of(ctx.text)
+    if "char_start" in task:
+        start, end = int(task["char_start"]), int(task["char_end"])
+        pages = sorted({ctx.page_of_char(start), ctx.page_of_char(max(start, end - 1))})
+        pages = list(range(pages[0], pages[-1] + 1))
+    else:  # a group of pages (the pipeline's over="sections")
+        pages = [int(p) for p in task["pages"]]
+        start, end = ctx.char_spans[pages[0]][0], ctx.char_spans[pages[-1]][1]
+    spans = key_sentences(st, start, end)
+    cits = [span_citation(ctx, a, b) for a, b in spans]
+    summary = " ".join(normalize(ctx.text[a:b]) for a, b in spans)
+    first = cits[0] if cits else span_citation(ctx, start, max(start, min(end, start + 1)))
+    return SectionSummary(section=int(task.get("section", 0)), pages=pages, summary=summary, citation=first,
+                          title=str(task.get("title", "")), key_sentences=cits)
