@@ -137,7 +137,8 @@ def render_html(report: "ReviewReport", text: str) -> str:
         model = ""
         if r.severity_probs:
             probs = ", ".join(f"{k} {v:.2f}" for k, v in r.severity_probs.items())
-            model = f"<br><span class='muted'>model's severity (secondary): {e(str(r.model_severity))} ({probs})</span>"
+            top = r.model_severity or max(r.severity_probs, key=r.severity_probs.get)
+            model = f"<br><span class='muted'>model's severity (secondary): {e(top)} ({probs})</span>"
         parts.append(f"<div class='card'><b>{e(r.clause_kind)}</b> &middot; <code>{e(r.rule or 'model')}</code>: "
                      f"<span class='sev-{r.severity}'>{r.severity}</span> &middot; {ev}{more}<br>{e(r.rationale)}<br>"
                      f"<i>Recommendation:</i> {e(r.recommendation)}{model}</div>")

@@ -63,6 +63,7 @@ _DEFINES = [
                           rf"hereinafter\s+(?:referred\s+to\s+as\s+)?(?:the\s+)?|referred\s+to\s+as\s+(?:the\s+)?)?"
                           rf"{_Q1}{_TERM}{_Q2}\s*\)")),
     ("inline", re.compile(rf"referred\s+to\s+as\s+(?:the\s+)?{_Q1}{_TERM}{_Q2}")),
+    ("inline", re.compile(rf"\b(?:each|individually|together|collectively)\s+(?:a|an|the)?\s*{_Q1}{_TERM}{_Q2}")),
 ]
 
 
@@ -184,7 +185,7 @@ def _marker(line: str) -> tuple[str, str, str, int] | None:
         return f"md{len(m['hashes'])}", "", "", m.end()
     if m := _KW.match(line):
         kw = m["kw"].lower()
-        return f"kw:{kw}", m["num"], line[: m.end()].strip().rstrip(":-\u2013\u2014 "), m.end()
+        return f"kw:{kw}", m["num"], line[: m.end()].strip().rstrip(": "), m.end()
     if m := _NUM.match(line):
         if m["close"] == "" and ("." not in m["num"] or line[m.end():m.end() + 1].islower()):
             return None  # "5 days", "2.1 of this License": a number in running text is no clause number
@@ -247,6 +248,17 @@ def _is_title_text(s: str) -> bool:
     return 0 < len(words) <= 14 and len(s) <= 120
 
 
+def _looks_like_title(rest: str) -> bool:
+    """A clause number's text that is a title by itself: one short line of capitalised words."""
+    rest = rest.strip()
+    if not rest or "\n" in rest or rest[-1] in ",;:" or len(rest.split()) > 10 or _VERBS.search(rest):
+        return False
+    if rest.endswith(".") and " " in rest.rstrip(".") and not rest.isupper() and len(rest.split()) > 6:
+        return False
+    sig = [w for w in _WORD.findall(rest) if w.lower() not in _SMALL_WORDS]
+    return bool(sig) and sum(w[0].isupper() for w in sig) / len(sig) >= 0.75
+
+
 def _successor(prev: str, num: str) -> bool:
     """Whether clause number ``num`` follows ``prev`` at the same level ("3" -> "4", "2.1" -> "2.2")."""
     a, b = prev.split("."), num.split(".")
@@ -272,6 +284,8 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
         if not heading and mk is None and "\n" not in line and _is_title_text(line) and line.isupper() \
                 and line.rstrip()[-1:] in ".:":
             heading = True  # an ALL-CAPS title ending with a period ("LIMITATION OF LIABILITY.")
+        if not heading and mk is not None and _looks_like_title(line[mk[3]:]):
+            heading = True  # "6. Disclaimer of Warranty" alone on its line (inside a box, say)
         if heading and _is_title_text(line.split("\n", 1)[0]):
             title = text[s + (mk[3] if mk else 0):e].strip().strip("*_#").strip().rstrip(".:").strip()
             if mk is None and not starts and not seen_body:

@@ -35,13 +35,13 @@ from agentctx.agents.clause_lexicon import LEXICON, PARTY_ROLES, body_evidence, 
 from retrieval.structure import DocumentStructure, Unit
 
 __all__ = ["Candidate", "KindDecision", "TITLE_WEIGHT", "THRESHOLDS", "RETRIEVAL_BONUS", "MIN_BODY",
-           "draw_candidates", "resolve_conflicts", "resolve_finding_conflicts", "quote_span"]
+           "draw_candidates", "resolve_conflicts", "resolve_finding_conflicts", "quote_span", "rules_only"]
 
 TITLE_WEIGHT = 1.5  # a heading that names the kind weighs one and a half operative patterns
 RETRIEVAL_BONUS = 0.25  # a sentence on one of the pages retrieval ranks first for the kind
 # Minimum score of the best candidate for a kind to be reported found (set on the tuning half).
 THRESHOLDS: dict[str, float] = {k: 1.0 for k in LEXICON}
-MIN_BODY = 0.7  # and its sentence must carry operative language, not only a heading match
+MIN_BODY = 1.0  # and its sentence must carry operative language (one full pattern), not only a heading
 _DEFINITIONS_TITLE = re.compile(r"\b(?:definitions?|glossary|interpretation|defined\s+terms)\b", re.I)
 _CONNECTIVE = re.compile(r"^(?:However|Notwithstanding\s+the\s+foregoing|In\s+(?:such|that|this)\s+(?:case|event)|"
                          r"Otherwise|Accordingly|Therefore|Nevertheless|Furthermore|Moreover|Additionally|"
@@ -78,6 +78,7 @@ class KindDecision:
     candidates: list[Candidate]  # best first, at most one per section
     threshold: float
     sections_searched: list[str] = field(default_factory=list)  # sections whose headings match the kind
+    min_body: float = MIN_BODY
 
     @property
     def best(self) -> Candidate | None:
@@ -86,7 +87,7 @@ class KindDecision:
     @property
     def found(self) -> bool:
         b = self.best
-        return b is not None and b.score >= self.threshold and b.body_score >= MIN_BODY
+        return b is not None and b.score >= self.threshold and b.body_score >= self.min_body
 
 
 def _title_score(st: DocumentStructure, unit: Unit, kind: str) -> float:
@@ -157,10 +158,12 @@ def quote_span(st: DocumentStructure, unit: Unit, kind: str) -> tuple[int, int]:
 
 
 def draw_candidates(st: DocumentStructure, kind: str, *, boost: dict[int, float] | None = None,
-                    limit: int = 6) -> KindDecision:
+                    limit: int = 6, threshold: float | None = None, min_body: float | None = None) -> KindDecision:
     """Rank the sections' best sentences for ``kind``.
 
     boost: extra score per unit start offset (retrieval's ranking); None = none.
+    threshold, min_body: the kind's thresholds (default ``THRESHOLDS[kind]``, ``MIN_BODY``; the bench
+    sweeps them).
     """
     best_per_section: dict[object, Candidate] = {}
     for u in st.units:
@@ -180,12 +183,22 @@ def draw_candidates(st: DocumentStructure, kind: str, *, boost: dict[int, float]
                                               round(score, 4), title, round(body, 4), tuple(why))
     ranked = sorted(best_per_section.values(), key=lambda c: (-c.score, c.start))
     searched = [s.name for s in st.sections if title_matches(kind, s.title)]
-    return KindDecision(kind, ranked[:limit], THRESHOLDS[kind], searched)
+    return KindDecision(kind, ranked[:limit], THRESHOLDS[kind] if threshold is None else threshold, searched,
+                        MIN_BODY if min_body is None else min_body)
 
 
 def _carries(c: Candidate, kind: str, text: str) -> bool:
     strong, _ = body_evidence(kind, normalize(text[c.unit_start:c.unit_end]))
     return strong >= 1
+
+
+def rules_only(st: DocumentStructure, kinds, threshold: float | None = None,
+               min_body: float | None = None) -> dict[str, Candidate | None]:
+    """The review's clause decisions without retrieval or the model: each kind's best candidate
+    if found, conflicts resolved (the bench's rules-only peer and threshold sweep)."""
+    decisions = {k: draw_candidates(st, k, threshold=threshold, min_body=min_body) for k in kinds}
+    chosen = {k: (d.best if d.found else None) for k, d in decisions.items()}
+    return resolve_conflicts(decisions, chosen, st.text)
 
 
 def resolve_conflicts(decisions: dict[str, KindDecision], chosen: dict[str, Candidate | None],
@@ -214,7 +227,7 @@ def resolve_conflicts(decisions: dict[str, KindDecision], chosen: dict[str, Cand
                 lost = out[loser]
                 dec = decisions[loser]
                 nxt = [c for c in dec.candidates
-                       if c.score >= dec.threshold and c.body_score >= 0.7
+                       if c.score >= dec.threshold and c.body_score >= dec.min_body
                        and not (c.unit_start < lost.unit_end and lost.unit_start < c.unit_end)
                        and c.score < lost.score + 1e-9 and c is not lost]
                 out[loser] = nxt[0] if nxt else None
