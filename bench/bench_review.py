@@ -245,11 +245,16 @@ def main() -> int:
     for half in ("tuning", "check", "all"):
         print_kind_table(out / main_mode, split[half], f"{main_mode}, {half} half" if half != "all" else
                          f"{main_mode}, all documents")
+    summary = {"tables": {m: table_rows(out / m, split) for m in modes},
+               "per_kind": {m: {h: score(out / m, split[h])["per_kind"] for h in split} for m in modes},
+               "model_choices": {m: {h: model_choice_stats(out / m, split[h]) for h in split} for m in model_modes},
+               "seconds": {f"{d}/{m}": v for (d, m), v in timing.items()}}
     for mode in model_modes:
-        print(f"\nmodel's choices ({mode}):", {h: model_choice_stats(out / mode, split[h]) for h in split})
+        print(f"\nmodel's choices ({mode}):", summary["model_choices"][mode])
     if timing:
         per = {m: round(sum(v for (d, mm), v in timing.items() if mm == m), 1) for m in model_modes}
         print("\nreview seconds (load + pipeline, summed over documents):", per)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
     if args.sweep:
         sweep(docs, out, split)
     if args.sample:

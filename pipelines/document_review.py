@@ -51,11 +51,12 @@ def review_pipeline(*, dense: bool = False, policy: SelectionPolicy | None = Non
     common = dict(dense=dense, policy=policy)
     # Summaries are extractive (no model call): one actor runs them all. The other steps get one
     # agent actor per task in flight (num_agents' default).
+    # The clause step goes first: its tasks queue ahead of the summaries and call the model.
+    clauses = p.step("clauses", AgentSpec(role="clause_extractor", max_new_tokens=80, **common),
+                     over=[{"clause": k} for k in clause_kinds])
     if summarize:
         p.step("summarize", AgentSpec(role="summarizer", max_new_tokens=48, **common),
                over=sections if sections is not None else "sections", num_agents=1)
-    clauses = p.step("clauses", AgentSpec(role="clause_extractor", max_new_tokens=80, **common),
-                     over=[{"clause": k} for k in clause_kinds])
     p.step("risks", AgentSpec(role="risk_assessor", max_new_tokens=64, **common), over=clauses, when="present")
     return p.spec
 

@@ -34,7 +34,7 @@ from agentctx.structured import fill_fields
 from retrieval.structure import DocumentStructure, structure_of
 
 __all__ = ["extract_clause", "assess_risks", "summarize_section", "span_citation", "MODEL_MARGIN", "MAX_OPTIONS",
-           "kind_scope"]
+           "kind_scope", "plan_for"]
 
 MODEL_MARGIN = 0.5  # candidates this close to the best go to the model (set on the tuning half)
 MAX_OPTIONS = 3
@@ -46,6 +46,18 @@ def span_citation(ctx, start: int, end: int) -> Citation:
     page = ctx.page_of_char(start)
     return Citation(page=page, page_id=ctx.page_ids[page], char_start=start, char_end=end,
                     quote=ctx.text[start:end], verified=True)
+
+
+def plan_for(ctx, query: str, policy=None):
+    """``ctx.plan`` with a budget that a short document cannot meet (12% of 2,000 tokens is less than
+    the sink page and the recent window) replaced by the mandatory pages plus the best retrieved page."""
+    policy = policy or ctx.policy
+    if policy.has_budget:
+        n = ctx.info.num_tokens
+        budget = policy.budget_tokens if policy.budget_tokens is not None else policy.budget_fraction * n
+        if budget < policy.mandatory_tokens + policy.page_size_tokens:
+            policy = policy.model_copy(update={"budget_fraction": None, "budget_tokens": None, "top_k_pages": 1})
+    return ctx.plan(query, policy)
 
 
 def _retrieved_pages(plan, n: int) -> list[int]:
@@ -63,7 +75,7 @@ def extract_clause(agent, ctx, task: dict[str, Any]) -> ClauseFinding:
 
     kind = CLAUSE_TAXONOMY[task["clause"]]
     st = structure_of(ctx.text)
-    ranking = ctx.plan(kind.query, agent.spec.policy)  # retrieval's view, in both attention modes
+    ranking = plan_for(ctx, kind.query, agent.spec.policy)  # retrieval's view, in both attention modes
     top_pages = _retrieved_pages(ranking, 2)
     boost = {u.start: RETRIEVAL_BONUS for u in st.units if ctx.page_of_char(u.start) in top_pages}
     dec = draw_candidates(st, kind.kind, boost=boost)
@@ -139,7 +151,7 @@ def model_severity(agent, ctx, kind: str, quote: str) -> tuple[str | None, dict[
     """The model's severity choice and its probabilities for one evidence sentence (secondary)."""
     from agentctx.agents.roles import risk_prompt
 
-    plan = agent.plan(ctx, quote or kind)
+    plan = None if agent.spec.dense else plan_for(ctx, quote or kind, agent.spec.policy)
     probs: dict[str, dict[str, float]] = {}
     fields = fill_fields(agent.llm(ctx, plan), agent.prompt(risk_prompt(kind.replace("_", " "), quote)),
                          SeverityField, max_attempts=agent.spec.max_attempts, choice_probs=probs)
