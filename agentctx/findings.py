@@ -32,8 +32,10 @@ class ClauseFinding(BaseModel):
     section: str | None = Field(None, description="Where the quote sits: numbers and headings, outermost first")
     score: float | None = Field(None, description="Evidence score of the chosen candidate (structure + language)")
     threshold: float | None = Field(None, description="Score below which the kind is reported not found")
-    chosen_by: str = Field("", description="rules: the best-scored candidate; model: the model's choice among "
-                                           "close candidates; empty when not found")
+    chosen_by: str = Field("", description="rules: the best-scored candidate; model: the model's scores moved "
+                                           "the pick among close candidates; empty when not found")
+    model_agrees: bool | None = Field(None, description="On a close call: whether the model's own pick (its best "
+                                                        "option score) is the chosen candidate; None: not asked")
     candidates: list[dict] = Field(default_factory=list, description="The best candidates with their scores "
                                                                      "(and the model's, when it chose)")
     searched: dict = Field(default_factory=dict, description="What was searched: query, sections, pages, sentences")

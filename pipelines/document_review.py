@@ -137,10 +137,9 @@ def build_report(result: PipelineResult, document: dict, replica_info: dict, *, 
         "effective_context_utilization": round(attended / context, 4) if context else None,
         "clauses_found": sum(c.present for c in clauses),
         "clauses_not_found": [c.kind for c in clauses if not c.present],
-        "model_choices": {"asked": sum(c.chosen_by == "model" for c in clauses),
-                          "changed_rules_pick": sum(c.chosen_by == "model" and bool(c.candidates)
-                                                    and c.candidates[0].get("char_start") != c.citation.char_start
-                                                    for c in clauses if c.present)},
+        "model_choices": {"asked": sum(c.model_agrees is not None for c in clauses),
+                          "agreed_with_rules": sum(c.model_agrees is True for c in clauses),
+                          "moved_the_pick": sum(c.chosen_by == "model" for c in clauses)},
         "risks_by_rule": {r.rule: r.severity for r in risks if r.rule},
         "verified_citation_share": round(report.verified_share, 4),
         "prefills_on_replica": replica_info.get("prefills"),

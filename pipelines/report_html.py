@@ -120,8 +120,10 @@ def render_html(report: "ReviewReport", text: str) -> str:
                          f"<br><span class='muted'>Searched: {_searched(c)}</span></div>")
             continue
         badge = "verified" if c.verified else "unverified quote"
-        how = {"model": "chosen by the model among close candidates", "rules": "best-scored candidate"}.get(
+        how = {"model": "the model's scores moved the pick", "rules": "best-scored candidate"}.get(
             c.chosen_by, c.chosen_by)
+        if c.model_agrees is not None:
+            how += "; the model " + ("agreed" if c.model_agrees else "preferred another candidate")
         where = f"{e(c.section)}, " if c.section else ""
         quote = " ".join(c.citation.quote.split())
         parts.append(f"<div class='card' id='finding-{i}'><b>{e(c.kind)}</b> <span class='muted'>({where}page "

@@ -286,6 +286,8 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
             heading = True  # an ALL-CAPS title ending with a period ("LIMITATION OF LIABILITY.")
         if not heading and mk is not None and _looks_like_title(line[mk[3]:]):
             heading = True  # "6. Disclaimer of Warranty" alone on its line (inside a box, say)
+        if heading and mk is None and (re.search(r"[.!?][\"'\u201d\u2019)\]]$", line) or line[:1].islower()):
+            heading = False  # the end of a quotation ("... NVIDIA\n Corporation.\u201d") is no title
         if heading and _is_title_text(line.split("\n", 1)[0]):
             title = text[s + (mk[3] if mk else 0):e].strip().strip("*_#").strip().rstrip(".:").strip()
             if mk is None and not starts and not seen_body:
