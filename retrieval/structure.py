@@ -38,8 +38,10 @@ _KEYWORDS = ("ARTICLE|Article|SECTION|Section|CLAUSE|Clause|PART|Part|CHAPTER|Ch
              "EXHIBIT|Exhibit|ANNEX|Annex|APPENDIX|Appendix|ATTACHMENT|Attachment")
 # Styles that open a new top level whatever is open ("SCHEDULE 1", "PART 2", "EXHIBIT A").
 _TOP_KEYWORDS = frozenset("part chapter schedule exhibit annex appendix attachment".split())
+# "Section 2 - Scope", "ARTICLE 12. GOVERNING LAW", "Exhibit A" alone; not "Exhibit A attached" or
+# "Section 2.1 of this License" at the start of a wrapped line of running text.
 _KW = re.compile(rf"(?P<kw>{_KEYWORDS})\s+(?P<num>\d{{1,3}}(?:\.\d{{1,3}})*|[IVXLC]{{1,6}}|[A-Z])\b\.?"
-                 r"(?:\s*[-\u2013\u2014:.]\s*|\s+|$)")
+                 r"(?:\s*[-\u2013\u2014:.]\s*|[ \t]*$|[ \t]*\n|\s+(?=[A-Z\"\u201c(]))", re.M)
 _NUM = re.compile(r"(?P<num>\d{1,3}(?:\.\d{1,3}){0,4})(?P<close>[.)]|(?=\s))(?:[ \t]+|(?=[A-Z\"\u201c]))")
 _PAREN = re.compile(r"\(\s*(?P<num>\d{1,3}|[a-zA-Z]|[ivxlcIVXLC]{1,6})\s*\)[ \t]*")
 _LETTER = re.compile(r"(?P<num>[a-zA-Z]|[ivxlcIVXLC]{1,6})(?P<close>[.)])[ \t]+")
