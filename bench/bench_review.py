@@ -214,7 +214,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", default="selected,dense,rules", help="comma list of selected, dense, rules")
     ap.add_argument("--budget", type=float, default=0.12, help="selected peer: fraction of the context attended")
-    ap.add_argument("--out", default="bench/results/review_devset", help="reports go to OUT/<mode>/<doc>.json")
+    ap.add_argument("--out", default="out/bench_review", help="reports go to OUT/<mode>/<doc>.json")
+    ap.add_argument("--summary", default="bench/results/review_devset.json",
+                    help="where the tables and the model's choice counts are written as JSON")
     ap.add_argument("--docs", help="comma list of document names (default: all)")
     ap.add_argument("--sweep", action="store_true", help="also sweep the rules-only threshold on the tuning half")
     ap.add_argument("--sample", action="store_true", help="also review the bundled sample (selected mode)")
@@ -254,6 +256,9 @@ def main() -> int:
         per = {m: round(sum(v for (d, mm), v in timing.items() if mm == m), 1) for m in model_modes}
         print("\nreview seconds (load + pipeline, summed over documents):", per)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    if args.summary:
+        Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.summary).write_text(json.dumps(summary, indent=1))
     if args.sweep:
         sweep(docs, out, split)
     if args.sample:

@@ -31,8 +31,7 @@ from dataclasses import asdict, dataclass
 
 from .sentences import Block, blocks, sentence_spans
 
-__all__ = ["Section", "Unit", "DefinedTerm", "DocumentStructure", "parse_structure", "structure_of",
-           "strip_marker"]
+__all__ = ["Section", "Unit", "DefinedTerm", "DocumentStructure", "parse_structure", "structure_of"]
 
 _KEYWORDS = ("ARTICLE|Article|SECTION|Section|CLAUSE|Clause|PART|Part|CHAPTER|Chapter|SCHEDULE|Schedule|"
              "EXHIBIT|Exhibit|ANNEX|Annex|APPENDIX|Appendix|ATTACHMENT|Attachment")
@@ -173,12 +172,6 @@ class DocumentStructure:
     def to_dicts(self) -> list[dict]:
         """The section tree for a report: one dict per section."""
         return [{k: v for k, v in asdict(s).items()} for s in self.sections]
-
-
-def strip_marker(line: str) -> tuple[str, str, str]:
-    """Split a block's start into (style, number, rest-offset) pieces: see :func:`_marker`."""
-    m = _marker(line)
-    return (m[0], m[1], line[m[3]:]) if m else ("", "", line)
 
 
 def _marker(line: str) -> tuple[str, str, str, int] | None:
