@@ -182,3 +182,19 @@ def test_spans_are_ordered_and_inside_the_text_on_every_dev_document():
             assert prev <= u.start < u.end <= len(text), path.name
             assert not text[u.start].isspace() and not text[u.end - 1].isspace()
             prev = u.end
+
+
+def test_markdown_headings_nest_by_their_hashes():
+    text = ("# Cloud Services Agreement\n\n"
+            "## 5. Fees and Payment\n\n"
+            "Customer will pay the Fees within thirty (30) days of the invoice date.\n\n"
+            "### 5.1 Late payments\n\n"
+            "Late payments accrue interest at 1% per month.\n\n"
+            "## 6. Term and Termination\n\n"
+            "This Agreement starts on the Effective Date and continues for one year.\n")
+    st = parse_structure(text)
+    assert [(s.level, s.title) for s in st.sections] == [
+        (1, "Cloud Services Agreement"), (2, "5. Fees and Payment"), (3, "5.1 Late payments"),
+        (2, "6. Term and Termination")]
+    late = next(u for u in st.units if "interest" in text[u.start:u.end])
+    assert st.heading_path(late.section) == ["Cloud Services Agreement", "5. Fees and Payment", "5.1 Late payments"]
