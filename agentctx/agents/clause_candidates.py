@@ -19,7 +19,7 @@ The best sentence of each section is a candidate; candidates are ranked by score
 **Absence is an answer**: when the best candidate scores below the kind's threshold,
 or has no operative language at all, the kind is reported as not found, with what was
 searched. Thresholds were set on the tuning half of the dev documents
-(``bench/bench_review.py --split``); the check half was not used to set them.
+(``bench/bench_review.py --modes rules --sweep``); the check half was not used to set them.
 
 A quote is the operative sentence, whole, extended by the next sentences of the same
 paragraph that carry the same kind and by the previous one when it opens with a
