@@ -8,7 +8,8 @@ from pydantic import BaseModel, Field
 
 from agentctx.citations import Citation
 
-__all__ = ["SectionSummary", "ClauseFinding", "RiskFinding", "Answer", "Severity", "RiskFields", "AnswerFields"]
+__all__ = ["SectionSummary", "ClauseFinding", "RiskFinding", "RiskAssessment", "Answer", "Severity", "RiskFields",
+           "AnswerFields", "SeverityField"]
 
 Severity = Literal["low", "medium", "high"]
 
@@ -16,8 +17,10 @@ Severity = Literal["low", "medium", "high"]
 class SectionSummary(BaseModel):
     section: int = Field(ge=0)
     pages: list[int]
-    summary: str
+    summary: str = Field(description="The section's key sentences, whole, as in the source")
     citation: Citation
+    title: str = Field("", description="The section as a reader names it: number and heading")
+    key_sentences: list[Citation] = Field(default_factory=list, description="Each sentence of the summary")
 
 
 class ClauseFinding(BaseModel):
@@ -26,6 +29,17 @@ class ClauseFinding(BaseModel):
     quote: str = ""
     citation: Citation | None = None
     utilization: float = Field(0.0, ge=0.0, le=1.0, description="Attended share of the context")
+    section: str | None = Field(None, description="Where the quote sits: numbers and headings, outermost first")
+    score: float | None = Field(None, description="Evidence score of the chosen candidate (structure + language)")
+    threshold: float | None = Field(None, description="Score below which the kind is reported not found")
+    chosen_by: str = Field("", description="rules: the best-scored candidate; model: the model's scores moved "
+                                           "the pick among close candidates; empty when not found")
+    model_agrees: bool | None = Field(None, description="On a close call: whether the model's own pick (its best "
+                                                        "option score) is the chosen candidate; None: not asked")
+    candidates: list[dict] = Field(default_factory=list, description="The best candidates with their scores "
+                                                                     "(and the model's, when it chose)")
+    searched: dict = Field(default_factory=dict, description="What was searched: query, sections, pages, sentences")
+    note: str = Field("", description="Why the finding is as it is, when that is not obvious")
 
     @property
     def verified(self) -> bool:
@@ -40,12 +54,30 @@ class RiskFields(BaseModel):
     recommendation: str
 
 
+class SeverityField(BaseModel):
+    """What the model fills for the secondary severity signal (a scored choice)."""
+
+    severity: Severity
+
+
 class RiskFinding(RiskFields):
     clause_kind: str
     citation: Citation | None = None
     severity_probs: dict[str, float] = Field(
         default_factory=dict, description="The model's probability of each severity, normalised over the "
-                                          "three options: how clear its choice was (not a calibrated risk)")
+                                          "three options: a secondary signal beside the rule's severity "
+                                          "(how clear the model's choice was, not a calibrated risk)")
+    rule: str = Field("", description="The red-flag rule that fired; its severity is the finding's severity")
+    model_severity: Severity | None = Field(None, description="The model's most likely severity (secondary)")
+    other_evidence: list[Citation] = Field(default_factory=list, description="More sentences where the rule fired")
+    facts: dict = Field(default_factory=dict, description="What the rule read: notice days, rates, law, venue")
+
+
+class RiskAssessment(BaseModel):
+    """The risk assessor's output for one clause kind: every rule that fired (maybe none)."""
+
+    clause_kind: str
+    risks: list[RiskFinding] = Field(default_factory=list)
 
 
 class AnswerFields(BaseModel):

@@ -73,13 +73,15 @@ def cmd_review(args) -> int:
         report = run_review(rt, text, source=Path(args.file).name, tenant=args.tenant, dense=args.dense,
                             out_dir=args.out, **({"clause_kinds": kinds} if kinds else {}))
     for c in report.clauses:
-        status = ("verified" if c.verified else "UNVERIFIED") if c.present else "not found"
-        quote = f' "{c.citation.quote[:90]}"' if c.present and c.citation else ""
-        print(f"  {c.kind:16s} {status:10s}{quote}")
+        if c.present and c.citation:
+            status = "verified" if c.verified else "UNVERIFIED"
+            print(f"  {c.kind:16s} {status:10s} [{c.section}] \"{' '.join(c.citation.quote.split())}\"")
+        else:
+            print(f"  {c.kind:16s} not found  ({c.note or 'no evidence'})")
     for r in report.risks:
-        p = r.severity_probs.get(r.severity)
-        conf = f"p={p:.2f}" if p is not None else "      "
-        print(f"  risk {r.clause_kind:16s} {r.severity:6s} {conf} {r.rationale[:72]}")
+        p = r.severity_probs.get(r.model_severity, 0) if r.model_severity else 0
+        m = f" (model: {r.model_severity} p={p:.2f})" if r.model_severity else ""
+        print(f"  risk {r.clause_kind:16s} {r.severity:6s} {r.rule}: {r.rationale}{m}")
     for n in report.notes:
         print(f"note: {n}")
     print(report_summary_line(report))

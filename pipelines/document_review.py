@@ -1,12 +1,14 @@
 """The document review: summarizer, clause extractor and risk assessor over one shared context.
 
-    summarize  (fan-out: one summarizer task per section)
+    structure  (here: the section tree, defined terms and preamble; retrieval.structure)
+    summarize  (fan-out: one summarizer task per section of the tree)
     clauses    (fan-out: one extractor task per clause kind of the taxonomy)
-    risks      (fan-out over the clauses found, when present)
-    report     (fan-in: assembled here into a ReviewReport, JSON + HTML)
+    risks      (fan-out over the clauses found, when present: the red-flag rules)
+    report     (fan-in: assembled in pipelines.report into a ReviewReport, JSON + HTML)
 
 All agents attend through their own plans over the same prefilled KV; the
-replica's prefill counter proves the document was prefilled once.
+replica's prefill counter proves the document was prefilled once. How the review
+decides is written up in docs/REVIEW.md.
 """
 
 from __future__ import annotations
@@ -16,30 +18,42 @@ import time
 from pathlib import Path
 
 from agentctx.agents import CLAUSE_KINDS, AgentSpec, check_clause_kinds
+from agentctx.agents.review_steps import span_citation
+from agentctx.agents.section_summary import summary_sections
 from agentctx.pipelines.dsl import Pipeline, PipelineSpec
 from agentctx.pipelines.report import ReviewReport, build_report
 from agentctx.pipelines.report_html import render_html
 from agentctx.pipelines.runner import PipelineRunner
 from agentctx.retrieval.policy import SelectionPolicy
+from agentctx.retrieval.structure import DocumentStructure, structure_of
 
-__all__ = ["review_pipeline", "run_review"]
+__all__ = ["review_pipeline", "run_review", "summary_tasks"]
 
 log = logging.getLogger(__name__)
 
 
+def summary_tasks(structure: DocumentStructure) -> list[dict]:
+    """One summarizer task per part of the section tree (:func:`summary_sections`)."""
+    return [{"section": i, "title": name, "char_start": start, "char_end": end}
+            for i, (name, start, end, _) in enumerate(summary_sections(structure))]
+
+
 def review_pipeline(*, dense: bool = False, policy: SelectionPolicy | None = None,
                     clause_kinds: tuple[str, ...] = CLAUSE_KINDS, summarize: bool = True,
-                    max_concurrency: int = 4) -> PipelineSpec:
+                    max_concurrency: int = 4, sections: list[dict] | None = None) -> PipelineSpec:
+    """sections: summarizer tasks from the section tree (:func:`summary_tasks`); None = page groups."""
     clause_kinds = check_clause_kinds(clause_kinds)
     p = Pipeline("document_review", "Summary, clause extraction and risk assessment",
                  max_concurrency=max_concurrency)
     common = dict(dense=dense, policy=policy)
-    # Steps get one agent actor per task in flight (num_agents' default): an actor runs its tasks
-    # one after another, and the replica batches the decode steps of concurrent generations.
-    if summarize:
-        p.step("summarize", AgentSpec(role="summarizer", max_new_tokens=48, **common), over="sections")
+    # Summaries are extractive (no model call): one actor runs them all. The other steps get one
+    # agent actor per task in flight (num_agents' default).
+    # The clause step goes first: its tasks queue ahead of the summaries and call the model.
     clauses = p.step("clauses", AgentSpec(role="clause_extractor", max_new_tokens=80, **common),
                      over=[{"clause": k} for k in clause_kinds])
+    if summarize:
+        p.step("summarize", AgentSpec(role="summarizer", max_new_tokens=48, **common),
+               over=sections if sections is not None else "sections", num_agents=1)
     p.step("risks", AgentSpec(role="risk_assessor", max_new_tokens=64, **common), over=clauses, when="present")
     return p.spec
 
@@ -51,12 +65,15 @@ def run_review(runtime, text: str, *, source: str = "document", tenant: str = "d
     t0 = time.perf_counter()
     ctx, load = runtime.load_context(text, tenant=tenant)
     try:
+        structure = structure_of(text)
         spec = review_pipeline(dense=dense, clause_kinds=clause_kinds,
-                               max_concurrency=runtime.config.max_concurrent_agents)
+                               max_concurrency=runtime.config.max_concurrent_agents,
+                               sections=summary_tasks(structure))
         result = PipelineRunner(runtime, progress=progress).run(spec, ctx.context_id, tenant)
-        report = build_report(result, runtime.client.info(), source=source, char_spans=ctx.char_spans,
-                              prefill_s=round(load.prefill_s, 2), index_s=round(load.index_s, 2),
-                              attention="dense" if dense else "block-selected")
+        report = build_report(result, runtime.client.info(), text=text, structure=structure,
+                              cite=lambda a, b: span_citation(ctx, a, b), source=source,
+                              char_spans=ctx.char_spans, prefill_s=round(load.prefill_s, 2),
+                              index_s=round(load.index_s, 2), attention="dense" if dense else "block-selected")
         report.stats["total_s"] = round(time.perf_counter() - t0, 2)
         if out_dir is not None:
             out = Path(out_dir)

@@ -6,9 +6,12 @@ import json
 
 from pydantic import BaseModel, Field, model_serializer
 
+from agentctx.agents.clause_candidates import resolve_finding_conflicts
+from agentctx.agents.risk_rules import no_liability_cap
 from agentctx.context import ContextInfo
-from agentctx.findings import ClauseFinding, RiskFinding, SectionSummary
+from agentctx.findings import ClauseFinding, RiskAssessment, RiskFinding, SectionSummary
 from agentctx.pipelines.runner import PipelineResult
+from agentctx.retrieval.structure import DocumentStructure
 
 __all__ = ["ReviewDocument", "ReviewReport", "build_report", "severity_note", "report_summary_line"]
 
@@ -38,6 +41,8 @@ class ReviewDocument(BaseModel):
 
 class ReviewReport(BaseModel):
     document: ReviewDocument
+    sections: list[dict] = Field(default_factory=list, description="The section tree: number, title, level, "
+                                                                   "span, parent (retrieval.structure.Section)")
     summary: list[SectionSummary] = Field(default_factory=list)
     clauses: list[ClauseFinding] = Field(default_factory=list)
     risks: list[RiskFinding] = Field(default_factory=list)
@@ -52,31 +57,56 @@ class ReviewReport(BaseModel):
 
 
 def severity_note(risks: list[RiskFinding]) -> str | None:
-    """A warning when the model rated every clause alike: its severities then rank nothing.
+    """A warning when the model rated every risk alike: its severities then rank nothing.
 
     Seen with the embedded 270M base model, which says "high" for every clause (BENCHMARKS
-    §4f); the note is computed from the findings, so a model that discriminates gets none."""
-    if len(risks) < 3 or len({r.severity for r in risks}) > 1:
+    §4f); the note is computed from the findings, so a model that discriminates gets none.
+    Where the rules set the severity, the note is about the model's secondary severity."""
+    sevs = [r.model_severity or r.severity for r in risks]
+    if len(risks) < 3 or len(set(sevs)) > 1:
         return None
-    sev = risks[0].severity
+    sev = sevs[0]
     shares = [r.severity_probs.get(sev) for r in risks if r.severity_probs]
     mean = f"; mean probability of '{sev}' {sum(shares) / len(shares):.2f}" if shares else ""
+    if any(r.rule for r in risks):
+        return (f"the model rated all {len(risks)} risks '{sev}'{mean}: its severity does not tell them apart on "
+                f"this document; the severities shown are the rules'")
     return (f"all {len(risks)} risks were rated '{sev}'{mean}: on this document the model's severity does not "
             f"tell the clauses apart, so treat it as unranked and read each clause")
 
 
-def build_report(result: PipelineResult, replica_info: dict, **document) -> ReviewReport:
+def _risks(outputs: list[dict]) -> list[RiskFinding]:
+    out = []
+    for o in outputs:
+        if "risks" in o:  # a RiskAssessment: the rules that fired for one clause kind
+            out.extend(RiskAssessment.model_validate(o).risks)
+        else:
+            out.append(RiskFinding.model_validate(o))
+    return out
+
+
+def build_report(result: PipelineResult, replica_info: dict, *, text: str | None = None, cite=None,
+                 structure: DocumentStructure | None = None, **document) -> ReviewReport:
     """The report of a review pipeline's result; ``document``: details beyond the context's own
-    (see :class:`ReviewDocument`)."""
+    (see :class:`ReviewDocument`). With ``text`` and ``cite(start, end) -> Citation``, a sentence
+    cited for two kinds that it does not both carry is resolved (the weaker kind falls back or
+    is not found), and a missing limitation of liability becomes a risk of its own."""
     steps = result.steps
     summary = [SectionSummary.model_validate(o) for o in result.outputs("summarize")] if "summarize" in steps else []
     clauses = [ClauseFinding.model_validate(o) for o in result.outputs("clauses")]
-    risks = [RiskFinding.model_validate(o) for o in result.outputs("risks")]
+    if text is not None and cite is not None:
+        clauses = resolve_finding_conflicts(clauses, text, cite)
+    risks = _risks(result.outputs("risks"))
+    cap = next((c for c in clauses if c.kind == "liability_cap"), None)
+    if cap is not None and not cap.present and not any(r.clause_kind == "liability_cap" for r in risks):
+        hit = no_liability_cap(", ".join(cap.searched.get("sections_with_matching_headings", [])[:3]))
+        risks.append(RiskFinding(severity=hit.severity, rationale=hit.rationale, recommendation=hit.recommendation,
+                                 clause_kind=hit.kind, rule=hit.rule))
     calls = sum(s.stats.get("calls", 0) for s in steps.values())
     attended = sum(s.stats.get("attended_tokens", 0) for s in steps.values())
     context = sum(s.stats.get("context_tokens", 0) for s in steps.values())
     report = ReviewReport(document=ReviewDocument.of(result.context, **document), summary=summary, clauses=clauses,
-                          risks=risks,
+                          risks=risks, sections=structure.to_dicts() if structure is not None else [],
                           errors=[f"{n}: {e}" for n, s in steps.items() for e in s.errors],
                           notes=[n for n in (severity_note(risks),) if n])
     report.stats = {
@@ -85,6 +115,11 @@ def build_report(result: PipelineResult, replica_info: dict, **document) -> Revi
         "model_calls": calls,
         "effective_context_utilization": round(attended / context, 4) if context else None,
         "clauses_found": sum(c.present for c in clauses),
+        "clauses_not_found": [c.kind for c in clauses if not c.present],
+        "model_choices": {"asked": sum(c.model_agrees is not None for c in clauses),
+                          "agreed_with_rules": sum(c.model_agrees is True for c in clauses),
+                          "moved_the_pick": sum(c.chosen_by == "model" for c in clauses)},
+        "risks_by_rule": {r.rule: r.severity for r in risks if r.rule},
         "verified_citation_share": round(report.verified_share, 4),
         "prefills_on_replica": replica_info.get("prefills"),
         "replica": {k: replica_info.get(k) for k in ("model_id", "device", "dtype", "kv_bytes_per_token",

@@ -30,8 +30,9 @@ __all__ = ["Block", "blocks", "sentences", "sentence_spans", "is_heading_line"]
 _ITEM_START = re.compile(
     r"""^[ \t]*(?:
         \#{1,6}[ \t]                                  # Markdown heading
-      | [-*\u2022\u25aa][ \t]                         # bullet
+      | [-*\u2022\u25aa][ \t](?![^\n]*\*[ \t]*\n?$)     # bullet (not a line inside a box of asterisks)
       | \(?(?:\d{1,3}(?:\.\d{1,3}){0,4}|[a-zA-Z]|[ivxlcIVXLC]{1,6})[.)][ \t]   # 1.  8.1  a)  (iv)
+      | \d{1,3}(?:\.\d{1,3}){1,4}[ \t]+(?![a-z])       # 8.1 without its closing dot (not "2.1 of this")
       | \(\s*(?:\d{1,3}|[a-zA-Z]|[ivxlcIVXLC]{1,6})\s*\)[ \t]?               # (a) (12)
       | (?:ARTICLE|Article|SECTION|Section|Clause|CLAUSE|Schedule|SCHEDULE
            |Exhibit|EXHIBIT|Annex|ANNEX|Appendix|APPENDIX)\b
@@ -150,6 +151,12 @@ def blocks(text: str) -> list[Block]:
         cur_heading = False
         for i, (ls, le) in enumerate(lines):
             line = text[ls:le]
+            if not any(c.isalnum() for c in line):  # a rule, an underline, a box border: ends a block
+                if cur is not None:
+                    s, e = _trim(text, *cur)
+                    out.append(Block(s, e, cur_heading))
+                cur, cur_heading = None, False
+                continue
             prev = text[slice(*lines[i - 1])] if i else None
             nxt = text[slice(*lines[i + 1])] if i + 1 < len(lines) else None
             heading = _heading_in_context(line, prev, nxt)

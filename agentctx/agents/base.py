@@ -43,6 +43,9 @@ class AgentTask(BaseModel):
 
     section: int = Field(0, ge=0, description="over='sections': index of the section")
     pages: list[int] | None = Field(None, description="over='sections': the section's pages (summarizer)")
+    title: str | None = Field(None, description="over='sections': the section's title, when the document has one")
+    char_start: int | None = Field(None, ge=0, description="over='sections': where the section starts in the text")
+    char_end: int | None = Field(None, ge=0, description="over='sections': where the section ends in the text")
     clause: str | None = Field(None, description="Clause kind to extract (clause_extractor)")
     question: str | None = Field(None, description="Question to answer (qa)")
     input: dict[str, Any] | None = Field(None, description="over='step:<name>': one output of that step")
@@ -94,6 +97,10 @@ class ContextLLM:
         t0 = time.perf_counter()
         scores = self.ctx.score(prompt, options, self.plan, per_token=per_token)
         self.stats.calls += 1
+        # A scored choice reads the plan's pages like a generation does (dense: all of them).
+        n = self.ctx.info.num_tokens
+        self.stats.attended_tokens += self.plan.attended_tokens if self.plan is not None else n
+        self.stats.context_tokens += self.plan.context_tokens if self.plan is not None else n
         self.stats.model_s += time.perf_counter() - t0
         return scores
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 
 from agentctx.agents.base import Agent, AgentTask, register_role
-from agentctx.agents.taxonomy import CLAUSE_TAXONOMY, ClauseKind
+from agentctx.agents.review_steps import assess_risks, extract_clause, summarize_section
 from agentctx.citations import Citation, locate_quote
 from agentctx.context import Context
-from agentctx.findings import Answer, AnswerFields, ClauseFinding, RiskFields, RiskFinding, SectionSummary
+from agentctx.findings import Answer, AnswerFields, ClauseFinding, RiskAssessment, SectionSummary
 from agentctx.retrieval.policy import AttendPlan
 from agentctx.structured import fill_fields
 
@@ -54,35 +54,16 @@ def clause_candidate_pages(plan: AttendPlan) -> list[int]:
     return sorted(set(_quote_source(plan)) | set(plan.pages_with("sink")))
 
 
-def clause_question(kind: ClauseKind) -> str:
-    """The extractor's task text for a clause kind; each candidate sentence is scored as its answer."""
-    return f'Question: Quote the sentence of the document that {kind.description}.\nAnswer: "'
-
-
-def _snippet(text: str, n: int = 80) -> str:
-    s = " ".join(text.split())[:n]
-    return s.rsplit(" ", 1)[0] if " " in s else s
-
-
 @register_role
 class Summarizer(Agent):
+    """The key obligations of a section (or a group of pages), as whole source sentences chosen
+    by centrality (:mod:`.section_summary`); the model is not asked."""
+
     role = "summarizer"
     output_schema = SectionSummary
 
     def run(self, ctx: Context, task: AgentTask) -> SectionSummary:
-        pages = [int(p) for p in task.need("pages", self.role)]
-        plan = None if self.spec.dense else ctx.pages_plan(pages, self.spec.policy)
-        start, end = ctx.char_spans[pages[0]][0], ctx.char_spans[pages[-1]][1]
-        body = (f'Question: In one sentence, what does the part of the document beginning "'
-                f'{_snippet(ctx.text[start:end])}" say?\nAnswer:')
-        summary = self.llm(ctx, plan).complete(self.prompt(body), max_new_tokens=self.spec.max_new_tokens,
-                                               stop=("\n",)).strip()
-        page = pages[0]
-        return SectionSummary(
-            section=task.section, pages=pages, summary=summary,
-            citation=Citation(page=page, page_id=ctx.page_ids[page], char_start=start, char_end=end,
-                              quote=_snippet(ctx.text[start:end], 160), verified=True),
-        )
+        return summarize_section(self, ctx, task)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.;])\s+(?=[A-Z(])|\n+")
@@ -90,7 +71,10 @@ _CLAUSE_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d+)*\.?|\([a-z0-9]+\))\s+")
 
 
 def candidate_sentences(ctx: Context, pages: list[int], min_chars: int = 24) -> list[tuple[int, int]]:
-    """Char spans of the sentences (or lines) of the given pages, clause numbers stripped."""
+    """Char spans of the sentences (or lines) of the given pages, clause numbers stripped.
+
+    The previous extractor's candidates (line-based); kept for bench/clause_pick.py, which
+    measures page-level candidate sources on synthetic contracts."""
     spans = []
     for p in sorted(set(pages)):
         start, end = ctx.char_spans[p]
@@ -112,59 +96,30 @@ def candidate_sentences(ctx: Context, pages: list[int], min_chars: int = 24) -> 
 
 @register_role
 class ClauseExtractor(Agent):
-    """Quote the sentence that carries a clause kind.
+    """Quote the operative sentence(s) of a clause kind, or report it not found.
 
-    Candidates are the sentences of the best-ranked retrieved pages and the sink pages
-    (:func:`clause_candidate_pages`); the embedding model shortlists them and the LLM,
-    attending to the planned pages, picks the one it finds most likely as the answer
-    (length-normalised log-likelihood). The quote is therefore source text, and its
-    citation is verified against the source.
+    Candidates come from the document's structure and language, nudged by retrieval;
+    the model chooses among the few that score alike (:func:`.review_steps.extract_clause`).
+    The quote is source text and its citation a span of it.
     """
 
     role = "clause_extractor"
     output_schema = ClauseFinding
-    shortlist = 4
 
     def run(self, ctx: Context, task: AgentTask) -> ClauseFinding:
-        kind = CLAUSE_TAXONOMY[task.need("clause", self.role)]
-        ranking = ctx.plan(kind.query, self.spec.policy)  # candidates come from retrieval in both modes
-        plan = None if self.spec.dense else ranking
-        util = plan.utilization if plan is not None else 1.0
-        spans = candidate_sentences(ctx, clause_candidate_pages(ranking))
-        if not spans:
-            return ClauseFinding(kind=kind.kind, present=False, utilization=util)
-        texts = [ctx.text[s:e] for s, e in spans]
-        sims = ctx.rank_texts(kind.query + " " + kind.description, texts)
-        top = sorted(range(len(texts)), key=lambda i: -sims[i])[: self.shortlist]
-        pick = top[self.llm(ctx, plan).choose(self.prompt(clause_question(kind)), [texts[i] + '"' for i in top],
-                                              per_token=True)]
-        citation = cite(ctx, texts[pick], plan)
-        return ClauseFinding(kind=kind.kind, present=citation is not None, quote=texts[pick],
-                             citation=citation, utilization=util)
-
-
-def risk_prompt(kind: str, quote: str) -> str:
-    """The risk assessor's task text for one clause; its JSON fields follow it. The one place
-    for it: bench/risk_calibration.py and bench/risk_rationale.py score this same text."""
-    return f'Clause ({kind}): "{quote}"\nRisk review of this clause for the Customer, as JSON:\n'
+        return extract_clause(self, ctx, task)
 
 
 @register_role
 class RiskAssessor(Agent):
-    role = "risk_assessor"
-    output_schema = RiskFinding
+    """Red-flag rules over one clause kind's sections, each hit with its evidence span; the
+    model's severity probabilities ride beside the rule's severity (:mod:`.risk_rules`)."""
 
-    def run(self, ctx: Context, task: AgentTask) -> RiskFinding:
-        clause = ClauseFinding.model_validate(task.need("input", self.role))
-        quote = clause.citation.quote if clause.citation else clause.quote
-        plan = self.plan(ctx, quote or clause.kind)
-        body = risk_prompt(clause.kind.replace("_", " "), quote)
-        probs: dict[str, dict[str, float]] = {}
-        fields = fill_fields(self.llm(ctx, plan), self.prompt(body), RiskFields,
-                             max_chars={"rationale": 240, "recommendation": 240},
-                             max_attempts=self.spec.max_attempts, choice_probs=probs)
-        return RiskFinding(**fields.model_dump(), clause_kind=clause.kind, citation=clause.citation,
-                           severity_probs=probs.get("severity", {}))
+    role = "risk_assessor"
+    output_schema = RiskAssessment
+
+    def run(self, ctx: Context, task: AgentTask) -> RiskAssessment:
+        return assess_risks(self, ctx, task)
 
 
 @register_role

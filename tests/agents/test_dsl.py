@@ -43,5 +43,5 @@ def test_yaml_roundtrip(tmp_path):
 
 def test_review_pipeline_shape():
     spec = review_pipeline(dense=True)
-    assert [s.name for s in spec.order()] == ["summarize", "clauses", "risks"]
+    assert [s.name for s in spec.order()] == ["clauses", "summarize", "risks"]
     assert all(s.agent.dense for s in spec.steps)

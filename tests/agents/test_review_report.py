@@ -35,4 +35,75 @@ def test_html_shows_the_note_and_each_choices_probability():
     report = ReviewReport(document=doc, risks=risks, notes=[severity_note(risks)])
     html = render_html(report, "text")
     assert "Note: all 3 risks were rated &#x27;high&#x27;" in html or "Note: all 3 risks were rated 'high'" in html
-    assert "(p=0.70)" in html and "(p=0.90)" in html
+    assert "high 0.70" in html and "high 0.90" in html
+
+
+# ---------------------------------------------------------------- the HTML page: run table, anchors
+import re  # noqa: E402
+
+from agentctx.citations import Citation  # noqa: E402
+from agentctx.findings import ClauseFinding, SectionSummary  # noqa: E402
+
+TEXT = ("1.1 This Agreement is governed by the laws of Ireland. 1.2 Neither party may assign this Agreement "
+        "without consent. 1.3 Either party may terminate for convenience on 10 days' notice.")
+
+
+def _cite(sub: str) -> Citation:
+    a = TEXT.index(sub)
+    return Citation(page=0, char_start=a, char_end=a + len(sub), quote=sub, verified=True)
+
+
+def _report() -> ReviewReport:
+    law = _cite("This Agreement is governed by the laws of Ireland.")
+    overlap = _cite("governed by the laws of Ireland. 1.2 Neither party")  # overlaps the law sentence
+    clauses = [ClauseFinding(kind="governing_law", present=True, quote=law.quote, citation=law, section="1.1"),
+               ClauseFinding(kind="assignment", present=True, quote=overlap.quote, citation=overlap),
+               ClauseFinding(kind="payment", present=False, threshold=1.0, note="not found: no sentence carries it",
+                             searched={"query": "fees payable", "sections_with_matching_headings": [],
+                                       "retrieved_pages": [0], "sentences_scored": 3})]
+    risk = RiskFinding(clause_kind="termination", severity="high", rule="termination_for_convenience",
+                       rationale="A party may end the agreement without cause on 10 days' notice.",
+                       recommendation="Ask for at least 60 days' notice.",
+                       citation=_cite("Either party may terminate for convenience on 10 days' notice."),
+                       severity_probs={"low": 0.2, "medium": 0.3, "high": 0.5}, model_severity="high")
+    summary = SectionSummary(section=0, pages=[0], summary="x", citation=law, title="1.", key_sentences=[law])
+    stats = {"pipeline_s": 1.5, "step_s": {"clauses": 1.0, "risks": 0.5}, "model_choices": {"asked": 2},
+             "clauses_not_found": ["payment"]}
+    doc = ReviewDocument(source="t.txt", context_id="c", num_tokens=1, num_pages=1, page_size=256)
+    return ReviewReport(document=doc, clauses=clauses, risks=[risk], summary=[summary], stats=stats)
+
+
+def test_run_table_is_a_table_not_python_dicts():
+    html = render_html(_report(), TEXT)
+    run = html[html.index("<h2>Run</h2>"):]
+    assert "{'" not in run and "{&#x27;" not in run
+    assert "<tr><th>step_s</th><td><table><tr><td>clauses</td><td>1.0</td></tr>" in run
+    assert "<th>clauses_not_found</th><td>payment</td>" in run
+
+
+def test_every_link_lands_on_a_highlighted_span_of_its_quote():
+    report = _report()
+    html = render_html(report, TEXT)
+    links = re.findall(r"href='#([\w-]+)'", html)
+    assert {"clause-0", "clause-1", "risk-0", "summary-0-0"} <= set(links)
+    source = html[html.index("<div id='source'>"):]
+    ids = re.findall(r'id="([\w-]+)"', source)
+    assert len(ids) == len(set(ids))  # one anchor per span
+    for link in links:
+        assert link in ids, link
+        # the anchor is a <mark> holding the first characters of the cited text (never an empty anchor)
+        m = re.search(rf'<mark id="{link}"[^>]*>(?:<mark[^>]*>)*([^<]+)', source)
+        assert m and m.group(1).strip(), link
+    # overlapping quotes: the second starts inside the first and still gets its own mark
+    m = re.search(r'<mark id="clause-1"[^>]*>(?:<mark[^>]*>)*([^<]+)', source)
+    assert m.group(1).startswith("governed by the laws of Ireland.")
+
+
+def test_not_found_kinds_say_so_with_what_was_searched():
+    html = render_html(_report(), TEXT)
+    card = html[html.index("<b>payment</b>"):]
+    card = card[:card.index("</div>")]
+    assert "<i>not found</i>" in card and "no sentence carries it" in card
+    assert "query <i>fees payable</i>" in card and "3 sentences scored" in card
+    assert "<b>termination</b> &middot; <code>termination_for_convenience</code>" in html
+    assert "model&#x27;s severity (secondary): high" in html or "model's severity (secondary): high" in html

@@ -1,0 +1,254 @@
+"""What each clause kind looks like: the words of its headings and the language of its operative sentences.
+
+A small lexicon per kind of the review taxonomy, written from how contracts and licences
+are drafted, not from any one document:
+
+* ``title``: words of a section heading that announces the kind ("GOVERNING LAW",
+  "8.1 Liability Caps", "Term and Termination").
+* ``strong``: operative language that carries the kind ("shall be governed by the laws
+  of", "shall not be liable", "may not assign ... without ... consent"). Each distinct
+  pattern that matches counts its weight (1 unless stated; naming the governing law
+  counts 1.5, naming only the courts 0.6, so the law's sentence is quoted before the
+  venue's), at most 2.5 in all.
+* ``weak``: related words that support but do not carry it ("jurisdiction", "liable").
+  Each counts 0.3 (at most 0.6).
+* ``negative``: look-alike language of another clause ("organised under the laws of" is
+  not a governing-law clause; "survive termination" is not a termination clause;
+  "royalty-free" is not a payment clause). Each counts -1.
+
+:func:`unit_score` combines them with the section's heading path (a heading match
+weighs more than a body match) into one number per sentence; the thresholds that turn
+it into "found" / "not found" live in :mod:`.clause_candidates`. Patterns match the
+sentence with its whitespace collapsed, case-insensitively.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "normalize", "title_matches", "body_evidence"]
+
+
+def _rx(*patterns: str) -> tuple[re.Pattern, ...]:
+    return tuple(re.compile(p, re.I) for p in patterns)
+
+
+def _weighted(*patterns: str | tuple[str, float]) -> tuple[tuple[re.Pattern, float], ...]:
+    """Operative patterns with their weights (1 unless given)."""
+    return tuple((re.compile(p, re.I), 1.0) if isinstance(p, str) else (re.compile(p[0], re.I), p[1])
+                 for p in patterns)
+
+
+@dataclass(frozen=True)
+class KindLexicon:
+    kind: str
+    title: tuple[re.Pattern, ...]
+    strong: tuple[tuple[re.Pattern, float], ...]
+    weak: tuple[re.Pattern, ...] = ()
+    negative: tuple[re.Pattern, ...] = ()
+    title_negative: tuple[re.Pattern, ...] = ()  # headings under which the kind is not stated
+
+
+# Words that name a side of an agreement; a definition of one ("'Licensor' means ...") names a party.
+PARTY_ROLES = frozenset("""licensor licensee licensors licensees you your recipient contributor contributors customer
+    client vendor supplier provider partner company user end-user buyer seller parties party holder distributor
+    reseller developer owner""".split()) | {"copyright holder", "end user", "the parties", "initial developer",
+                                            "original contributor", "the licensor", "the licensee"}
+
+_DAYS = r"(?:\w+[\s-]+)?\(?\d+\)?\s*(?:business\s+|calendar\s+)?days?"
+
+LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
+    KindLexicon(
+        "parties",
+        title=_rx(r"\bparties\b", r"\bpreamble\b"),
+        strong=_weighted(
+            r"\b(?:is|are)\s+(?:made\s+|entered\s+into\s+|concluded\s+)?(?:(?:on|as\s+of)\s+[^.;]{3,40}?\s+)?"
+            r"(?:by\s+and\s+)?between\b",
+            r"\bagreement\b[^.;]{0,160}\bbetween\b[^.;]{2,240}\band\b",
+            r"\bby\s+and\s+between\b",
+            r"\bbetween\s+you\b",
+        ),
+        weak=_rx(r"\b(?:hereinafter|referred\s+to\s+as)\b", r"\beach\s+a\s+[\"\u201c]?party\b"),
+        negative=_rx(r"\borgani[sz]ed\s+(?:and\s+existing\s+)?under\s+the\s+laws\b", r"\bintends?\s+that\b",
+                     r"\bincorporated\s+(?:in|under)\b"),
+    ),
+    KindLexicon(
+        "term",
+        title=_rx(r"\bterm\b(?!s)(?!\s+of\s+(?:use|service))", r"\bduration\b", r"\brenewal\b",
+                  r"\beffective\s+date\b", r"\bperiod\s+of\s+(?:the\s+)?agreement\b"),
+        strong=_weighted(
+            r"\b(?:shall|will|to)\s+(?:remain|continue)\s+in\s+(?:full\s+)?(?:force|effect)\b",
+            r"\bcontinues?\s+(?:in\s+(?:full\s+)?(?:force|effect)\s+)?(?:for|until)\b",
+            r"\b(?:commences?|starts?|begins?)\s+on\b",
+            r"\b(?:shall\s+|will\s+)?(?:become|becomes|is|be)\s+effective\s+(?:on|upon|as\s+of|from|until)\b",
+            r"\bis\s+effective\s+until\b",
+            r"\b(?:initial|renewal)\s+(?:term|period)\b",
+            r"\bterm\s+of\s+(?:this|the)\s+(?:agreement|licen[cs]e|mnda)\b",
+            r"\bfor\s+(?:a|an\s+initial)\s+(?:term|period)\s+of\b",
+            r"\b(?:duration|(?:legal\s+)?term)\s+of\s+(?:the\s+)?(?:copyright|protection|the\s+economic\s+rights)",
+            r"\buntil\s+(?:it\s+is\s+|earlier\s+)?terminated\b",
+            r"\b(?:expires?|expiry)\s+(?:at|on|after|upon)\b",
+            r"\brenew(?:s|ed)?\s+automatically\b|\bautomatically\s+renew",
+            r"\bnever\s+expires?\b",
+        ),
+        weak=_rx(r"\bexpir(?:e|es|y|ation)\b", r"\beffective\s+date\b", r"\bperpetual\b", r"\bone\s+year\b"),
+        negative=_rx(r"\bsurviv", r"\bterms?\s+of\s+(?:payment|use)\b", r"\bpayment\s+terms?\b"),
+    ),
+    KindLexicon(
+        "payment",
+        title=_rx(r"\bpayments?\b", r"\bfees?\b", r"\bcharges?\b", r"\binvoic", r"\bpric(?:e|es|ing)\b",
+                  r"\btaxes\b", r"\bcompensation\b", r"\broyalt(?:y|ies)\b"),
+        strong=_weighted(
+            r"\b(?:shall|will|must|agrees?\s+to|to)\s+pay\b",
+            r"\bpayable\b",
+            r"\binvoice[sd]?\b",
+            r"\bfees?\s+(?:set\s+out|specified|stated|are|is|shall|will|for|payable)\b",
+            r"\bcharges?\b[^.;]{0,60}\b(?:based\s+on|invoice|payable|apply)\b",
+            r"\bpurchases?\b[^.;]{0,40}\blicen[cs]e\b",
+            r"\blate\s+payments?\b",
+            r"\bpayment\s+(?:terms?|is\s+due|shall\s+be\s+made|of\s+(?:the\s+)?fees)\b",
+        ),
+        weak=_rx(r"\bfees?\b", r"\bprice\b", r"\bcharges?\b", r"\btax(?:es)?\b", r"\brefund\b"),
+        negative=_rx(r"\broyalty[- ]free\b", r"\bfree\s+of\s+charge\b", r"\bno[- ]charge\b",
+                     r"\bwithout\s+(?:a\s+)?fee\b",
+                     r"\bwithout\s+(?:the\s+)?payment\b", r"\bat\s+no\s+(?:cost|charge)\b", r"\bcharge\s+a\s+fee\b",
+                     r"\bcopying\s+fee\b", r"\battorneys?'?\s+fees\b", r"\blegal\s+fees\b",
+                     r"\binsurance\b", r"\brecruitment\s+fee\b",
+                     r"\bpay\b[^.;]{0,40}\b(?:damages|settlements?|costs\s+and\s+damages)\b"),
+        title_negative=_rx(r"\binsurance\b", r"\bdefinitions?\b"),
+    ),
+    KindLexicon(
+        "termination",
+        title=_rx(r"\bterminat", r"\bcancell?ation\b"),
+        strong=_weighted(
+            r"\bmay\s+(?:\w+\s+){0,2}terminate\b",
+            r"\b(?:will|shall)\s+(?:\w+\s+){0,2}terminate\b",
+            r"\bterminates?\s+automatically\b",
+            r"\b(?:is|be|are)\s+(?:\w+\s+)?terminated\b",
+            r"\bright\s+to\s+terminate\b",
+            r"\bterminate\s+(?:this|the)\s+(?:agreement|licen[cs]e|mnda)\b",
+            r"\btermination\s+(?:for|of\s+(?:this|the)\s+(?:agreement|licen[cs]e))\b",
+        ),
+        weak=_rx(r"\bupon\s+termination\b", r"\btermination\b", r"\bmaterial\s+breach\b"),
+        negative=_rx(r"\bsurviv", r"\bforce\s+majeure\b", r"\binstallation\s+process\b",
+                     r"\b(?:expiration|expiry)\s+or\s+termination\b", r"\bdoes\s+not\s+affect\b"),
+        title_negative=_rx(r"\bsurvival\b", r"\bforce\s+majeure\b"),
+    ),
+    KindLexicon(
+        "liability_cap",
+        title=_rx(r"\bliabilit(?:y|ies)\b", r"\bdamages\b"),
+        strong=_weighted(
+            r"\b(?:shall|will|is|are|be)\s+not\s+(?:be\s+)?liable\b",
+            r"\bnot\s+be\s+(?:held\s+)?liable\b",
+            r"\bneither\b[^.;]{0,100}\b(?:will|shall|is|are)\s+(?:be\s+)?(?:held\s+)?liable\b",
+            r"\bin\s+no\s+event\b[^.]{0,300}\bliab",
+            r"\bunder\s+no\s+circumstances\b[^.]{0,300}\bliab",
+            r"\b(?:total|aggregate|entire|maximum|cumulative)\s+(?:\w+\s+){0,3}liability\b",
+            r"\bliability\b[^.;]{0,80}\b(?:shall|will|does|is|not\s+to)\s+not\s+exceed\b|\bnot\s+exceed\b",
+            r"\bcapped\s+at\b|\bliability\s+cap\b|\bthe\s+cap\s+(?:equals|is)\b",
+            r"\b(?:indirect|incidental|special|consequential|exemplary|punitive)\b[^.]{0,80}\bdamages\b",
+            r"\blimitation\s+of\s+liability\b",
+            r"\bno\s+liability\b",
+            r"\bdisclaims?\b[^.]{0,120}\bliabilit",
+        ),
+        weak=_rx(r"\bliab(?:le|ility)\b", r"\bdamages\b"),
+        negative=_rx(r"\btake\s+reasonable\s+steps\s+to\s+(?:reduce|mitigate)\b", r"\binsurance\b",
+                     r"\bindemnif"),
+        title_negative=_rx(r"\binsurance\b"),
+    ),
+    KindLexicon(
+        "indemnity",
+        title=_rx(r"\bindemn", r"\bhold\s+harmless\b"),
+        strong=_weighted(
+            r"\bindemnif(?:y|ies)\b",
+            r"\bindemnity\b(?!\s+insurance)",
+            r"\bhold\s+(?:\w+\s+){0,3}harmless\b",
+            r"\bdefend\b[^.;]{0,120}\b(?:against|from)\b[^.;]{0,80}\bclaims?\b",
+        ),
+        weak=_rx(r"\bindemnif(?:ied|ying|ication)\b", r"\bthird[- ]party\s+claims?\b"),
+        negative=_rx(r"\bindemnity\s+insurance\b", r"\bcap\b[^.]{0,40}\bdoes\s+not\s+apply\b",
+                     r"\bexcept\s+as\s+set\s+forth\b"),
+        title_negative=_rx(r"\binsurance\b"),
+    ),
+    KindLexicon(
+        "confidentiality",
+        title=_rx(r"\bconfidential", r"\bnon-?disclosure\b", r"\bsecrecy\b"),
+        strong=_weighted(
+            r"\bconfidential\s+information\b[^.;]{0,160}\b(?:shall|will|must|may)\b",
+            r"\b(?:keep|hold|maintain|treat|protect)\b[^.;]{0,80}\b(?:confidential|in\s+confidence|secret)\b",
+            r"\b(?:not|never)\s+(?:to\s+)?(?:use\s+or\s+)?disclose\b",
+            r"\bconfidentiality\s+obligations?\b",
+            r"\bnon-?disclosure\b",
+        ),
+        weak=_rx(r"\bconfidential\b", r"\bdisclos"),
+        negative=_rx(r"\bnon-?confidential\b", r"\bbenchmark"),
+        title_negative=_rx(r"\bdefinitions?\b", r"\bglossary\b"),
+    ),
+    KindLexicon(
+        "governing_law",
+        title=_rx(r"\bgoverning\s+law\b", r"\bapplicable\s+law\b", r"\bchoice\s+of\s+law\b", r"\bjurisdiction\b",
+                  r"\bvenue\b", r"\blitigation\b", r"\bchosen\s+courts\b"),
+        strong=_weighted(
+            (r"\bgoverned\s+by\b[^.;]{0,80}\blaws?\b", 1.5),
+            r"\bconstrued\b[^.;]{0,60}\b(?:in\s+accordance\s+with|under)\b[^.;]{0,40}\blaws?\b",
+            r"\blaws?\s+of\s+(?:the\s+)?(?:state|commonwealth|republic|province|kingdom|united|federal|"
+            r"england|france|germany|ireland|japan|india|singapore|switzerland|belgium|delaware|california|"
+            r"new\s+york|the\s+country)\b",
+            (r"\bexclusive\s+jurisdiction\b", 0.6),
+            (r"\b(?:courts?|tribunals?)\s+(?:of|in|located|sitting|having)\b", 0.6),
+            (r"\bvenue\b", 0.6),
+            (r"\bsubmits?\s+to\s+the\s+(?:\w+\s+)?jurisdiction\b", 0.6),
+            r"\bgoverning\s+law\b",
+            r"\b(?:law|laws)\s+of\s+(?:the\s+)?(?:country|jurisdiction|state)\s+(?:where|in\s+which)\b",
+        ),
+        weak=_rx(r"\bjurisdiction\b", r"\bunited\s+nations\s+convention\b", r"\barbitration\b", r"\bdisputes?\b"),
+        negative=_rx(r"\borgani[sz]ed\s+(?:and\s+existing\s+)?under\b", r"\bincorporated\s+under\b",
+                     r"\bexisting\s+under\s+the\s+laws\b", r"\bexport\b", r"\bconcerning\s+[A-Z]",
+                     r"\bprohibited\s+by\s+law\b"),
+        title_negative=_rx(r"\bexport\b"),
+    ),
+    KindLexicon(
+        "assignment",
+        title=_rx(r"\bassign(?:ment|ability)?\b", r"\btransfers?\b", r"\bsuccessors?\b", r"\bchange\s+of\s+control\b"),
+        strong=_weighted(
+            r"\bassign(?:ed|able|ment)?\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b",
+            r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+\s+){0,3}(?:assign|transfer)\b",
+            r"\bnot\s+(?:be\s+)?(?:assignable|transferable|assigned|transferred)\b",
+            r"\bnon-?(?:assignable|transfera?ble)\b",
+            r"\bmay\s+(?:freely\s+)?(?:assign|transfer)\s+(?:this|the|its|any|all|licensee's)\s+(?:\w+\s+){0,2}"
+            r"(?:agreement|licen[cs]es?|rights?|obligations?|program|order\s+forms?|contract)\b",
+            r"\bchange\s+of\s+control\b",
+            r"\bassign(?:s|ed)?\s+(?:this|the)\s+(?:agreement|licen[cs]e|mnda)\b",
+            r"\b(?:this|the)\s+(?:agreement|licen[cs]e)\b[^.;]{0,80}\b(?:assigned|transferred)\b",
+        ),
+        weak=_rx(r"\bassign(?:s|ed|ment)?\b", r"\bsuccessors?\b", r"\btransfer\b"),
+        negative=_rx(r"\bhereby\s+assigns?\b", r"\bright,\s+title\b", r"\bpersonal\s+data\b", r"\bkey\s+personnel\b",
+                     r"\bsubcontract"),
+        title_negative=_rx(r"\bdata\b", r"\bpersonnel\b"),
+    ),
+]}
+
+_WS = re.compile(r"\s+")
+_BOX = re.compile(r"\s*\*\s*\n\s*\*\s*")
+
+
+def normalize(text: str) -> str:
+    """A sentence as the patterns read it: box borders and whitespace runs collapsed."""
+    return _WS.sub(" ", _BOX.sub(" ", text)).strip()
+
+
+def title_matches(kind: str, title: str) -> bool:
+    lex = LEXICON[kind]
+    return bool(title) and any(p.search(title) for p in lex.title) \
+        and not any(p.search(title) for p in lex.title_negative)
+
+
+def body_evidence(kind: str, sentence: str) -> tuple[float, list[str]]:
+    """(body score, names of the patterns that matched) of one normalised sentence."""
+    lex = LEXICON[kind]
+    strong = [(p.pattern, w) for p, w in lex.strong if p.search(sentence)]
+    weak = [p.pattern for p in lex.weak if p.search(sentence)]
+    neg = [p.pattern for p in lex.negative if p.search(sentence)]
+    score = min(sum(w for _, w in strong), 2.5) + 0.3 * min(len(weak), 2) - 1.0 * len(neg)
+    return score, [p for p, _ in strong] + [f"~{w}" for w in weak] + [f"-{n}" for n in neg]

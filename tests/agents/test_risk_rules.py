@@ -1,0 +1,138 @@
+"""The red-flag rules on hand-written clause variants: each rule fires on its red flag, with the
+evidence sentence, and stays silent on the safe variant."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentctx.agents.risk_rules import evaluate_rules, no_liability_cap, notice_days
+
+
+def _hits(kind: str, *sentences: str):
+    text = " ".join(sentences)
+    spans, pos = [], 0
+    for s in sentences:
+        spans.append((pos, pos + len(s)))
+        pos += len(s) + 1
+    return text, evaluate_rules(kind, text, spans)
+
+
+def _one(kind: str, *sentences: str):
+    text, hits = _hits(kind, *sentences)
+    assert len(hits) == 1, hits
+    h = hits[0]
+    return h, text[h.start:h.end] if h.start is not None else None
+
+
+@pytest.mark.parametrize("text,days", [("on twenty (20) days' notice", 20), ("within 29 days", 29),
+                                       ("thirty days after", 30), ("no period", None)])
+def test_notice_days(text, days):
+    assert notice_days(text) == days
+
+
+def test_uncapped_and_carved_out_liability():
+    h, ev = _one("liability_cap", "Each party's liability under this Agreement is unlimited.")
+    assert h.rule == "liability_uncapped" and h.severity == "high" and ev.endswith("is unlimited.")
+    h, ev = _one("liability_cap", "Each Party's total liability is capped at the Fees paid.",
+                 "The liability cap does not apply to breach of confidentiality or to the indemnities.")
+    assert h.rule == "liability_carve_out" and h.severity == "high" and ev.startswith("The liability cap does not")
+    h, _ = _one("liability_cap", "Neither Party excludes liability for death or personal injury caused by its "
+                                 "negligence, or for fraud.")
+    assert h.rule == "liability_carve_out" and h.severity == "low"  # the carve-outs the law requires
+    _, hits = _hits("liability_cap", "Each Party's total liability is capped at the Fees paid in the prior year.")
+    assert hits == []
+
+
+def test_missing_cap_is_a_finding_without_evidence_span():
+    h = no_liability_cap("ARTICLE 11")
+    assert h.rule == "no_liability_cap" and h.start is None and "ARTICLE 11" in h.rationale
+
+
+def test_one_sided_and_mutual_indemnity():
+    h, ev = _one("indemnity", "You agree to indemnify, defend and hold Licensor harmless from any claims.")
+    assert h.rule == "one_sided_indemnity" and h.severity == "high" and h.facts["indemnifier"].lower() == "you"
+    h, _ = _one("indemnity", "Vendor shall indemnify Client against Losses arising from any Third-Party Claim.")
+    assert h.severity == "medium"  # the other side indemnifies you: one-sided, in your favour
+    _, hits = _hits("indemnity", "Client shall indemnify Vendor against Losses arising from its materials.",
+                    "Vendor shall indemnify Client against Losses arising from any Third-Party Claim.")
+    assert hits == []
+    _, hits = _hits("indemnity", "Each party shall indemnify the other against third-party claims.")
+    assert hits == []
+
+
+def test_termination_for_convenience_by_notice_period():
+    h, ev = _one("termination", "Client may terminate for convenience on 29 days' written notice.")
+    assert h.rule == "termination_for_convenience" and h.severity == "high" and h.facts["notice_days"] == 29
+    h, _ = _one("termination", "Client may terminate for convenience on written notice.")
+    assert h.severity == "high" and h.facts["notice_days"] is None
+    h, _ = _one("termination", "Either party may terminate this Agreement for any reason on forty-five (45) "
+                               "days' notice.")
+    assert h.severity == "medium"
+    h, _ = _one("termination", "Customer may terminate this Agreement without cause on ninety (90) days' notice.")
+    assert h.severity == "low"
+    _, hits = _hits("termination", "Either Party may terminate this Agreement if the other commits a material breach "
+                                   "not remedied within thirty (30) days.")
+    assert hits == []
+
+
+def test_automatic_renewal_and_its_notice_window():
+    h, ev = _one("term", "Thereafter the Order Form renews automatically for successive periods of 24 months unless "
+                         "either Party gives sixty (60) days' notice of non-renewal.")
+    assert h.rule == "automatic_renewal" and h.severity == "high"
+    assert h.facts == {"notice_days": 60, "period": "24 months"}
+    h, _ = _one("term", "The term shall be automatically renewed for one-year periods unless a party gives "
+                        "twenty (20) days' notice.")
+    assert h.severity == "medium" and h.facts["notice_days"] == 20
+    h, _ = _one("term", "This Agreement renews automatically each year.")
+    assert h.severity == "high" and "no notice window" in h.rationale
+    _, hits = _hits("term", "This Agreement commences on the Effective Date and continues for 12 months.",
+                    "Any renewal must be agreed in writing.")
+    assert hits == []
+
+
+def test_payment_term_and_late_interest():
+    h, _ = _one("payment", "Undisputed invoices are payable within seven (7) days of receipt.")
+    assert h.rule == "short_payment_term" and h.facts["due_days"] == 7
+    _, hits = _hits("payment", "Invoices are payable within thirty (30) days of receipt.")
+    assert hits == []
+    h, _ = _one("payment", "Late payments accrue interest at 1.5 percent per month.")
+    assert h.rule == "late_payment_interest" and h.severity == "high" and h.facts["yearly_percent"] == 18.0
+    h, _ = _one("payment", "Late payments owed by Client accrue interest at 5.8 percent per annum.")
+    assert h.severity == "medium" and h.facts["yearly_percent"] == 5.8
+    _, hits = _hits("payment", "Client shall pay the Fees set out in the Order Form.")
+    assert hits == []
+
+
+def test_assignment_on_change_of_control_without_consent():
+    h, ev = _one("assignment", "Either party may assign this Agreement without consent to a successor in "
+                               "connection with a merger, acquisition or sale of all or substantially all of its "
+                               "assets.")
+    assert h.rule == "assignment_change_of_control" and h.severity == "high"
+    h, _ = _one("assignment", "Client may assign any Order Form to an Affiliate or to a successor to its business "
+                              "on notice.")
+    assert h.rule == "assignment_change_of_control"
+    _, hits = _hits("assignment", "A change of control of Vendor is treated as an assignment for the purposes of this "
+                                  "Article.", "Neither party may assign this Agreement without the other's consent.")
+    assert hits == []
+
+
+def test_governing_law_and_venue():
+    h, ev = _one("governing_law", "The courts of England and Wales have exclusive jurisdiction.",
+                 "This Agreement is governed by the laws of the State of New York.")
+    assert h.rule == "governing_law_venue" and h.severity == "medium"
+    assert h.facts == {"law": "the State of New York", "venue": "England and Wales"}
+    assert ev == "This Agreement is governed by the laws of the State of New York."
+    h, _ = _one("governing_law", "This Agreement is governed by the laws of Ireland.",
+                "The courts of Ireland have exclusive jurisdiction.")
+    assert h.severity == "low" and h.facts == {"law": "Ireland", "venue": "Ireland"}
+    _, hits = _hits("governing_law", "Each party shall comply with all applicable export laws.")
+    assert hits == []
+
+
+def test_rationales_and_recommendations_are_whole_and_distinct():
+    text, hits = _hits("payment", "Late payments accrue interest at 2 percent per month.",
+                       "Invoices are payable within 10 days.")
+    text2, more = _hits("termination", "Client may terminate for convenience on 5 days' notice.")
+    for h in hits + more:
+        assert h.rationale.endswith(".") and h.recommendation.endswith(".")
+        assert h.rationale != h.recommendation
