@@ -33,11 +33,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentctx.agents import CLAUSE_KINDS  # noqa: E402
+from agentctx.agents.review_steps import clause_question  # noqa: E402
 from agentctx.agents.roles import (  # noqa: E402
     _quote_source,
     candidate_sentences,
     clause_candidate_pages,
-    clause_question,
 )
 from agentctx.agents.taxonomy import CLAUSE_TAXONOMY  # noqa: E402
 from agentctx.config import AgentctxConfig  # noqa: E402

@@ -49,7 +49,7 @@ NEUTRAL = "N/A"
 
 def risk_prompt(kind: str, quote: str) -> str:
     """What RiskAssessor scores for the severity field (its body, then the JSON skeleton)."""
-    from agentctx.agents.roles import risk_prompt as assessor_prompt
+    from agentctx.agents.review_steps import risk_prompt as assessor_prompt
 
     return "\n\n" + assessor_prompt(kind, quote) + '{"severity": "'
 

@@ -4,7 +4,7 @@ The risk assessor fills {"severity", "rationale", "recommendation"} after its pr
 270M base model many rationales are not about the clause. This script fills the fields for the
 15 labelled clauses of bench/risk_calibration.py under two prompts, over the bundled sample
 contract's KV (pages 0-2, as that script does). "plain" is the assessor's own prompt
-(agentctx.agents.roles.risk_prompt); "example" puts one worked example (a warranty clause, not
+(agentctx.agents.review_steps.risk_prompt); "example" puts one worked example (a warranty clause, not
 in the labelled set) before it. Each free text is counted as:
 
 * echo: repeats the prompt's own instruction line, or is mostly (>= 80% of its characters) a
@@ -87,7 +87,7 @@ def main() -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from agentctx.agents.roles import risk_prompt
+    from agentctx.agents.review_steps import risk_prompt
     from agentctx.findings import RiskFields
     from agentctx.structured import fill_fields
 
