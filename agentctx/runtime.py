@@ -142,23 +142,33 @@ class Runtime:
     def policy(self):
         return self.config.retrieval
 
-    def load_context(self, text: str, tenant: str = "default") -> tuple[Context, LoadResult]:
-        """Tokenize, prefill once, publish pages, index chunks; returns an open Context."""
+    def load_context(self, text: str, tenant: str = "default", *, allow_empty: bool = False
+                     ) -> tuple[Context, LoadResult]:
+        """Tokenize, prefill once, publish pages, index chunks; returns an open Context.
+
+        The same text again reattaches; whatever the stored context lost (pages or blobs gone
+        with a store actor or a restart) is rebuilt from this text first (``prefilled`` then
+        says whether that took a prefill). ``allow_empty``: ``""`` is the no-document context.
+        """
         import ray
 
         t0 = time.perf_counter()
-        doc = self.client.tokenize_document(text)
+        doc = self.client.tokenize_document(text, allow_empty=True) if allow_empty else \
+            self.client.tokenize_document(text)
         model_id = self.client.info()["model_id"]
         cid = context_id_for(model_id, tenant, text)
         # Index while the replica prefills: the two run in other processes, and the index's first
         # use loads the embedding model (~20 s on the 2-core CPU machine) that would otherwise follow.
-        indexed = self.retrieval.index_document.remote(cid, text, doc.offsets)
+        indexed = self.retrieval.index_document.remote(cid, text, doc.offsets) if text else None
         pre = self.client.prefill_context(cid, tenant, doc)
         prefilled = pre.prefill_s > 0
+        if not prefilled:  # already listed: put back what a restart or an eviction lost, from this text
+            prefilled = self.client.restore_context(cid, tenant, text).prefilled
         t1 = time.perf_counter()
-        if not self._has_blob(cid, DOC_BLOB, tenant):
+        if self.store.missing_blobs(cid, [DOC_BLOB]):
             self.store.put_blob(cid, DOC_BLOB, encode_doc_blob(text, doc.offsets), tenant=tenant)
-        ray.get(indexed)
+        if indexed is not None:
+            ray.get(indexed)
         t2 = time.perf_counter()
         ctx = self.attach(cid, tenant, text=text)
         res = LoadResult(cid, pre.num_tokens, pre.num_pages, prefilled, pre.prefill_s, t2 - t1, t2 - t0)
@@ -166,14 +176,10 @@ class Runtime:
                  res.num_pages, "prefilled" if prefilled else "reattached", res.total_s, res.index_s)
         return ctx, res
 
-    def _has_blob(self, context_id: str, name: str, tenant: str) -> bool:
-        from agentctx.kv_store import BlobNotFoundError
-
-        try:
-            self.store.directory.get_blob_meta(context_id, name, tenant)
-            return True
-        except BlobNotFoundError:
-            return False
+    def restore_context(self, context_id: str, tenant: str = "default"):
+        """Put back a stored context's lost pages and blobs from its kept document (a no-op when whole);
+        ``ContextLostError`` when nothing to rebuild it from remains."""
+        return self.client.restore_context(context_id, tenant)
 
     def attach(self, context_id: str, tenant: str = "default", text: str | None = None,
                holder_id: str | None = None) -> Context:

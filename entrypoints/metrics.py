@@ -12,6 +12,8 @@ ingress replica, the default) for the full picture. Families:
   of each context a query actually read.
 * ``agentctx_context_loads_total{result}`` — ``prefilled`` (a miss: one prefill) vs
   ``reattached`` (a hit: the same document was already loaded) vs ``failed``.
+* ``agentctx_context_restores_total{how}`` — contexts rebuilt after a restart or eviction lost
+  their pages or blobs (``prefilled`` from the kept document, ``republished`` from a replica's cache).
 * ``agentctx_rejections_total{reason}`` — 503s by cause (``busy``, ``store_unavailable``,
   ``replica_unavailable``) and 504s (``timeout``).
 * ``agentctx_replica_*{replica}`` — the model replicas' own counters (device-cache
@@ -108,6 +110,9 @@ class HttpMetrics:
                                      ["route"], buckets=_UTIL_BUCKETS, registry=r)
         self.loads = Counter("agentctx_context_loads", "Context uploads by outcome (reattached = cache hit)",
                              ["result"], registry=r)
+        self.restores = Counter("agentctx_context_restores", "Contexts rebuilt from their kept document after "
+                                "losing pages or blobs (prefilled) or re-published from a replica's cache",
+                                ["how"], registry=r)
         self.rejections = Counter("agentctx_rejections", "Requests refused with 503/504 by cause", ["reason"],
                                   registry=r)
         self.replicas = _ReplicaCollector()

@@ -13,6 +13,7 @@ from .directory import NO_REDIS_WARNING, Directory, InProcessDirectory
 from .errors import (
     BlobNotFoundError,
     ContextExistsError,
+    ContextLostError,
     ContextNotFoundError,
     DeviceCacheFullError,
     InvalidInputError,
@@ -36,5 +37,5 @@ __all__ = [
     "DevicePageCache", "QuantizedPage", "quantize_page", "dequantize_page",
     "PagePayload", "encode_tensor", "decode_payload", "SpillStore", "refcount_histogram",
     "StoreError", "StoreUnavailableError", "ContextNotFoundError", "ContextExistsError", "PagesMissingError",
-    "PageNotInContextError", "BlobNotFoundError", "InvalidInputError", "DeviceCacheFullError",
+    "PageNotInContextError", "BlobNotFoundError", "ContextLostError", "InvalidInputError", "DeviceCacheFullError",
 ]

@@ -80,5 +80,11 @@ class ActorDirectory(Directory):
     def list_blobs(self, context_id: str) -> list[BlobMeta]:
         return self._fwd("list_blobs", context_id)
 
+    def put_document(self, context_id: str, text: str, tenant: str | None = None) -> None:
+        self._fwd("put_document", context_id, text, tenant)
+
+    def get_document(self, context_id: str, tenant: str | None = None) -> str:
+        return self._fwd("get_document", context_id, tenant)
+
     def stats(self) -> dict[str, int]:
         return self._fwd("stats")

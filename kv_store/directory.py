@@ -124,6 +124,17 @@ class Directory(ABC):
     def list_blobs(self, context_id: str) -> list[BlobMeta]:
         """Blobs of a context (empty when none or unknown)."""
 
+    # -- the durable document ----------------------------------------------------------
+    # Pages and blobs live in the object store and die with the store actor; the directory
+    # outlives it (Redis with AOF), so it keeps the one thing a context can be rebuilt from.
+    @abstractmethod
+    def put_document(self, context_id: str, text: str, tenant: str | None = None) -> None:
+        """Keep the document text of a live context (freed with the context)."""
+
+    @abstractmethod
+    def get_document(self, context_id: str, tenant: str | None = None) -> str:
+        """The kept text, or :class:`BlobNotFoundError` / :class:`ContextNotFoundError`."""
+
     # -- bookkeeping ------------------------------------------------------------------
     @abstractmethod
     def stats(self) -> dict[str, int]:
@@ -139,6 +150,7 @@ class _Ctx:
     record: ContextRecord
     holders: dict[str, float] = field(default_factory=dict)  # holder -> expiry (clock seconds)
     blobs: dict[str, BlobMeta] = field(default_factory=dict)
+    document: str | None = None
     deleted: bool = False
 
 
@@ -305,6 +317,17 @@ class InProcessDirectory(Directory):
             if meta is None:
                 raise BlobNotFoundError(f"context {context_id!r} has no blob {name!r}")
             return meta
+
+    def put_document(self, context_id: str, text: str, tenant: str | None = None) -> None:
+        with self._lock:
+            self._live(context_id, tenant).document = str(text)
+
+    def get_document(self, context_id: str, tenant: str | None = None) -> str:
+        with self._lock:
+            text = self._live(context_id, tenant).document
+            if text is None:
+                raise BlobNotFoundError(f"context {context_id!r} has no stored document")
+            return text
 
     def list_blobs(self, context_id: str) -> list[BlobMeta]:
         with self._lock:

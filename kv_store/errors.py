@@ -22,6 +22,7 @@ __all__ = [
     "ContextExistsError",
     "PagesMissingError",
     "BlobNotFoundError",
+    "ContextLostError",
     "PageNotInContextError",
     "InvalidInputError",
     "DeviceCacheFullError",
@@ -112,6 +113,22 @@ class BlobNotFoundError(StoreError, KeyError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class ContextLostError(StoreError):
+    """A context the directory lists whose pages or blobs are gone and whose document is not kept
+    anywhere (created before the directory kept documents, or by a text that no longer matches).
+
+    Not retryable as is; uploading the same text again rebuilds it.
+    """
+
+    def __init__(self, context_id: str, message: str | None = None, *, retryable: bool | None = None) -> None:
+        super().__init__(message or f"context {context_id!r} lost its KV and no stored copy of its document "
+                                    "remains; upload the same text again to rebuild it", retryable=retryable)
+        self.context_id = context_id
+
+    def _state(self) -> dict[str, Any]:
+        return {**super()._state(), "context_id": self.context_id}
 
 
 class PageNotInContextError(StoreError, ValueError):

@@ -77,7 +77,8 @@ class RedisDirectory(Directory):
         self._records_lock = threading.Lock()
         self._scripts = {name: self.client.register_script(getattr(lua, name))
                          for name in ("ACQUIRE", "RENEW", "RELEASE", "REAP", "CREATE", "DELETE",
-                                      "CLAIM_FREE", "CLAIM_EVICT", "PUT_BLOB_META", "GET_BLOB_META")}
+                                      "CLAIM_FREE", "CLAIM_EVICT", "PUT_BLOB_META", "GET_BLOB_META", "PUT_DOC",
+                                      "GET_DOC")}
 
     @property
     def safe_url(self) -> str:
@@ -220,6 +221,20 @@ class RedisDirectory(Directory):
         if len(out) < 2 or not out[1]:
             raise BlobNotFoundError(f"context {context_id!r} has no blob {name!r}")
         return BlobMeta.from_json(out[1])
+
+    @_wrap
+    def put_document(self, context_id: str, text: str, tenant: str | None = None) -> None:
+        if not int(self._run("PUT_DOC", context_id, tenant or "", text)):
+            raise ContextNotFoundError(context_id)
+
+    @_wrap
+    def get_document(self, context_id: str, tenant: str | None = None) -> str:
+        out = self._run("GET_DOC", context_id, tenant or "")
+        if int(out[0]) == 0:
+            raise ContextNotFoundError(context_id)
+        if len(out) < 2 or out[1] is None or out[1] is False:
+            raise BlobNotFoundError(f"context {context_id!r} has no stored document")
+        return out[1]
 
     @_wrap
     def list_blobs(self, context_id: str) -> list[BlobMeta]:

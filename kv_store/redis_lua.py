@@ -13,6 +13,7 @@ Key layout under the prefix ``P`` (``"<namespace>:"``):
 ``P leases``       zset — JSON ``[cid, holder]`` -> expiry ms; what the reaper scans
 ``P pg:<page>``    hash — ``rc`` (holder refs) and ``ctx`` (contexts listing the page)
 ``P blobs:<cid>``  hash — blob name -> :class:`BlobMeta` JSON
+``P doc:<cid>``    string — the document text, the durable source a restarted store re-prefills from
 ``P contexts``     set — live context ids
 ``P stats``        hash — ``negative_clamps`` (must stay 0)
 
@@ -25,7 +26,7 @@ scripts since Redis 5's effect replication).
 from __future__ import annotations
 
 __all__ = ["ACQUIRE", "RENEW", "RELEASE", "REAP", "CREATE", "DELETE", "CLAIM_FREE", "CLAIM_EVICT",
-           "PUT_BLOB_META", "GET_BLOB_META", "CONTENT_FIELDS"]
+           "PUT_BLOB_META", "GET_BLOB_META", "PUT_DOC", "GET_DOC", "CONTENT_FIELDS"]
 
 #: Fields compared when a create repeats an existing id (idempotent iff equal).
 CONTENT_FIELDS = ("tenant", "model_id", "dtype", "page_ids", "token_spans", "num_tokens")
@@ -61,7 +62,7 @@ local function release_lease(member)
     end
   end
   if redis.call('HLEN', hkey) == 0 and redis.call('HGET', ckey, 'deleted') == '1' then
-    redis.call('DEL', ckey, hkey, P .. 'blobs:' .. cid)
+    redis.call('DEL', ckey, hkey, P .. 'blobs:' .. cid, P .. 'doc:' .. cid)
     return 1, 1, freeable
   end
   return 1, 0, freeable
@@ -160,7 +161,7 @@ if holders > 0 then
   redis.call('HSET', ckey, 'deleted', '1')
   return {0, holders, freeable}
 end
-redis.call('DEL', ckey, P .. 'hl:' .. ARGV[2], P .. 'blobs:' .. ARGV[2])
+redis.call('DEL', ckey, P .. 'hl:' .. ARGV[2], P .. 'blobs:' .. ARGV[2], P .. 'doc:' .. ARGV[2])
 return {1, 0, freeable}
 """
 
@@ -198,4 +199,17 @@ return 1
 GET_BLOB_META = _PRELUDE + r"""
 if not live_record(ARGV[2], ARGV[3]) then return {0} end
 return {1, redis.call('HGET', P .. 'blobs:' .. ARGV[2], ARGV[4])}
+"""
+
+# ARGV: prefix, cid, tenant ('' = unchecked), text -> 1 | 0 not found
+PUT_DOC = _PRELUDE + r"""
+if not live_record(ARGV[2], ARGV[3]) then return 0 end
+redis.call('SET', P .. 'doc:' .. ARGV[2], ARGV[4])
+return 1
+"""
+
+# ARGV: prefix, cid, tenant -> {0} context not found | {1, text or false}
+GET_DOC = _PRELUDE + r"""
+if not live_record(ARGV[2], ARGV[3]) then return {0} end
+return {1, redis.call('GET', P .. 'doc:' .. ARGV[2])}
 """

@@ -258,6 +258,17 @@ class KVStore:
         _meta, ref = self._call(self._actor.get_blob_ref, context_id, name, tenant)
         return decode_payload(ray.get(ref, timeout=self.call_timeout_s), copy=copy)
 
+    def missing_blobs(self, context_id: str, names: list[str]) -> list[str]:
+        """Which of these blobs have no payload now (their metadata may still be listed)."""
+        return self._call(self._actor.missing_blobs, context_id, list(names))
+
+    def put_document(self, context_id: str, text: str, tenant: str | None = None) -> None:
+        """Keep the document text in the directory: what a context is rebuilt from after a restart."""
+        self.directory.put_document(context_id, text, tenant)
+
+    def get_document(self, context_id: str, tenant: str | None = None) -> str:
+        return self.directory.get_document(context_id, tenant)
+
     # -- tiers, metrics, lifecycle -----------------------------------------------------------------
     def spill_context(self, context_id: str, tenant: str) -> dict[str, int]:
         """Write the context's pages and blobs under the spill dir (restorable after a Ray restart)."""

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 DIRECTORY_METHODS = frozenset({
     "ping", "get_context", "list_contexts", "acquire", "renew", "release", "holders",
     "refcounts", "context_refs", "claim_free", "claim_evict", "put_blob_meta", "get_blob_meta",
-    "list_blobs", "stats",
+    "list_blobs", "stats", "put_document", "get_document",
 })
 
 
@@ -275,6 +275,12 @@ class KVStoreActor:
                                             "(store actor restarted without a spill)")
                 entry = self._blobs[(context_id, name)] = _Entry(ray.put(payload), payload.nbytes)
             return meta, entry.ref
+
+    def missing_blobs(self, context_id: str, names: list[str]) -> list[str]:
+        """Names whose payload is neither in memory nor spilled (lost with an earlier store actor)."""
+        with self._lock:
+            return [n for n in names if (context_id, n) not in self._blobs
+                    and not self.spill.blob_path(context_id, n).exists()]
 
     # -- disk tier ------------------------------------------------------------------------------
     def _spill_page(self, page_id: str) -> int:

@@ -12,24 +12,29 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 from tqdm.auto import tqdm
 
-from agentctx.agents.actor import AgentActor, AgentTaskResult
+from agentctx.agents.actor import AgentActor, AgentTaskResult, task_error
 from agentctx.agents.base import AgentTask
 from agentctx.context import ContextInfo
 from agentctx.pipelines.dsl import PipelineSpec, StepSpec
 
-__all__ = ["PipelineRunner", "PipelineResult", "StepResult", "PipelineError"]
+__all__ = ["PipelineRunner", "PipelineResult", "StepResult", "PipelineError", "PipelineCancelled"]
 
 log = logging.getLogger(__name__)
 
 
 class PipelineError(RuntimeError):
     """A step failed after its retries; the message names the step and the last error."""
+
+
+class PipelineCancelled(RuntimeError):
+    """The run was cancelled (``cancelled()`` turned true)."""
 
 
 @dataclass
@@ -100,7 +105,11 @@ class PipelineRunner:
         return AgentActor.remote(step.agent, context_id, tenant, rt.client, rt.policy, rt.store, rt.retrieval)
 
     # ------------------------------------------------------------------ run
-    def run(self, spec: PipelineSpec, context_id: str, tenant: str = "default") -> PipelineResult:
+    def run(self, spec: PipelineSpec, context_id: str, tenant: str = "default",
+            cancelled: Callable[[], bool] | None = None) -> PipelineResult:
+        """Run the pipeline to the end; ``cancelled()`` is polled between rounds (every <= 0.5 s):
+        when it turns true, tasks in flight are cancelled, actors and the reference released, and
+        ``PipelineCancelled`` raised."""
         t_start = time.perf_counter()
         ctx = self.runtime.attach(context_id, tenant)  # the pipeline's own reference
         results: dict[str, StepResult] = {}
@@ -115,6 +124,8 @@ class PipelineRunner:
         bar = tqdm(total=0, desc=spec.name, unit="task", disable=not self.progress)
         try:
             while True:
+                if cancelled is not None and cancelled():
+                    raise PipelineCancelled(f"pipeline {spec.name!r} was cancelled")
                 # Start every step whose dependencies are complete.
                 for step in order:
                     if step.name in results or not all(
@@ -155,7 +166,7 @@ class PipelineRunner:
                             out: AgentTaskResult | None = ray.get(ref)
                             error = out.error
                         except ray.exceptions.RayError as exc:  # actor died: replace it
-                            out, error = None, f"{type(exc).__name__}: {exc}"
+                            out, error = None, task_error(exc)
                             self._replace_actor(step, actor, actors, context_id, tenant)
                     elif now - t0 > step.timeout_s:
                         del in_flight[ref]

@@ -16,7 +16,8 @@ __all__ = ["ReplicaAPI", "LocalReplicaClient", "ServeReplicaClient"]
 
 class ReplicaAPI(Protocol):
     def info(self) -> dict: ...
-    def tokenize_document(self, text: str) -> TokenizedDoc: ...
+    def tokenize_document(self, text: str, allow_empty: bool = False) -> TokenizedDoc: ...
+    def restore_context(self, context_id: str, tenant: str, text: str | None = None): ...
     def prefill_context(self, context_id: str, tenant: str, doc: TokenizedDoc, extra: dict | None = None
                         ) -> PrefillResult: ...
     def generate(self, req: GenerateRequest) -> GenerateResult: ...
@@ -32,8 +33,11 @@ class LocalReplicaClient:
     def info(self) -> dict:
         return self.replica.info()
 
-    def tokenize_document(self, text: str) -> TokenizedDoc:
-        return self.replica.tokenize_document(text)
+    def tokenize_document(self, text: str, allow_empty: bool = False) -> TokenizedDoc:
+        return self.replica.tokenize_document(text, allow_empty)
+
+    def restore_context(self, context_id: str, tenant: str, text: str | None = None):
+        return self.replica.restore_context(context_id, tenant, text)
 
     def prefill_context(self, context_id, tenant, doc, extra=None) -> PrefillResult:
         return self.replica.prefill_context(context_id, tenant, doc, extra=extra)
@@ -69,8 +73,12 @@ class ServeReplicaClient:
     def info(self) -> dict:
         return self._call("info")
 
-    def tokenize_document(self, text: str) -> TokenizedDoc:
-        return self._call("tokenize_document", text)
+    def tokenize_document(self, text: str, allow_empty: bool = False) -> TokenizedDoc:
+        return self._call("tokenize_document", text, allow_empty)
+
+    def restore_context(self, context_id: str, tenant: str, text: str | None = None):
+        """Put back a stored context's missing pages and blobs: a ``RestoreResult``."""
+        return self._call("restore_context", context_id, tenant, text, context_id=context_id)
 
     def prefill_context(self, context_id, tenant, doc, extra=None) -> PrefillResult:
         return self._call("prefill_context", context_id, tenant, doc, extra=extra, context_id=context_id)

@@ -9,6 +9,7 @@ import threading
 from ray import serve
 
 from agentctx.serving.config import ReplicaConfig
+from agentctx.serving.restore import RestoreResult
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ModelReplicaDeployment", "replica_app", "deploy_replicas", "deployment_options", "REPLICA_APP",
@@ -48,8 +49,11 @@ class ModelReplicaDeployment:
     async def info(self) -> dict:
         return self.replica.info()
 
-    async def tokenize_document(self, text: str) -> TokenizedDoc:
-        return await asyncio.to_thread(self.replica.tokenize_document, text)
+    async def tokenize_document(self, text: str, allow_empty: bool = False) -> TokenizedDoc:
+        return await asyncio.to_thread(self.replica.tokenize_document, text, allow_empty)
+
+    async def render_chat(self, messages: list[dict]) -> str | None:
+        return self.replica.render_chat(messages)
 
     async def prefill_context(self, context_id: str, tenant: str, doc: TokenizedDoc, extra: dict | None = None
                               ) -> PrefillResult:
@@ -118,40 +122,12 @@ class ModelReplicaDeployment:
 
     async def repair_context(self, context_id: str, tenant: str) -> int:
         """Re-prefill a context whose pages were evicted from the store; returns pages put back."""
+        return (await self.restore_context(context_id, tenant)).pages_put
+
+    async def restore_context(self, context_id: str, tenant: str, text: str | None = None) -> RestoreResult:
+        """Put back a stored context's missing pages and blobs (``serving/restore.py``)."""
         await self._touch()
-        return await asyncio.to_thread(repair_context, self.replica, context_id, tenant)
-
-
-def repair_context(replica, context_id: str, tenant: str) -> int:
-    """Put back the evicted pages of a context from its stored document (same tokens, same page ids).
-
-    The store evicts pages nobody holds when it is over budget; the directory
-    entry and the blobs (document text, token ids) stay. Pages are content
-    hashes of their tokens, so prefilling the same text again reproduces the
-    same ids and the greedy outputs over them are unchanged.
-    """
-    from agentctx.kv_store.doc_blob import DOC_BLOB, decode_doc_blob
-
-    store = replica.store
-    if store is None:
-        return 0
-    rec = store.get_record(context_id, tenant)
-    have = store.has_pages(rec.page_ids)
-    if all(have):
-        return 0
-    text, _ = decode_doc_blob(store.get_blob(context_id, DOC_BLOB, tenant=tenant))
-    doc = replica.tokenize_document(text)
-    P = replica.engine.page_size
-    token_pages = [doc.token_ids[i : i + P] for i in range(0, len(doc.token_ids), P)]
-    page_ids = store.page_hashes(replica.engine.page_namespace, tenant, token_pages)
-    if page_ids != list(rec.page_ids):
-        raise RuntimeError(f"context {context_id!r}: re-tokenized pages differ from the stored ones")
-    replica.engine.prefill(context_id, doc, progress=False)
-    _, pages, _ = replica.engine.export(context_id)
-    missing = [i for i, ok in enumerate(have) if not ok]
-    store.put_pages([page_ids[i] for i in missing], [pages[i] for i in missing])
-    log.info("replica %s repaired %s: %d evicted page(s) put back", replica.name, context_id, len(missing))
-    return len(missing)
+        return await asyncio.to_thread(self.replica.restore_context, context_id, tenant, text)
 
 
 def _set_cpu_threads(cfg: ReplicaConfig) -> None:

@@ -23,13 +23,13 @@ import torch
 from agentctx.kv_store.paging import page_char_spans
 from agentctx.serving.config import EngineConfig
 from agentctx.serving.engine import Engine, LocalEngine
+from agentctx.serving.restore import TOKENS_BLOB, WINDOW_BLOB, RestoreResult, restore_context
+from agentctx.serving.tokenize import empty_document, render_chat_template
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ModelReplica", "WINDOW_BLOB", "TOKENS_BLOB"]
 
 log = logging.getLogger(__name__)
-WINDOW_BLOB = "sliding_window_kv"
-TOKENS_BLOB = "token_ids"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -91,8 +91,20 @@ class ModelReplica:
     def holds(self, context_id: str) -> bool:
         return self.engine.holds(context_id)
 
-    def tokenize_document(self, text: str) -> TokenizedDoc:
+    def tokenize_document(self, text: str, allow_empty: bool = False) -> TokenizedDoc:
+        """The document as the model sees it; ``allow_empty``: ``""`` is the no-document context
+        (the BOS token alone: a chat without a document sees no placeholder text)."""
+        if allow_empty and text == "":
+            return empty_document(self.engine.tokenizer)
         return self.engine.tokenize_document(text)
+
+    def render_chat(self, messages: list[dict]) -> str | None:
+        """Chat messages through the checkpoint's chat template (None when it has none)."""
+        return render_chat_template(self.engine.tokenizer, messages)
+
+    def restore_context(self, context_id: str, tenant: str, text: str | None = None) -> RestoreResult:
+        """Put back a stored context's missing pages and blobs (see ``serving/restore.py``)."""
+        return restore_context(self, context_id, tenant, text)
 
     # ------------------------------------------------------------------ prefill
     def prefill_context(
@@ -138,7 +150,8 @@ class ModelReplica:
             where = {p: i for i, p in enumerate(page_ids)}
             self.store.put_pages(exc.page_ids, [pages[where[p]] for p in exc.page_ids])
             self.store.create_context(record)
-        # blobs attach to a live context
+        # blobs attach to a live context; the text goes to the directory too (it outlives the store actor)
+        self.store.put_document(context_id, doc.text, tenant)
         self.store.put_blob(context_id, TOKENS_BLOB, torch.tensor(doc.token_ids, dtype=torch.int64), tenant=tenant)
         if window is not None:
             self.store.put_blob(context_id, WINDOW_BLOB, window, tenant=tenant)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentctx.serving.types import DOC_PREFIX, EmptyInputError, TokenizedDoc
 
-__all__ = ["tokenize_document", "stop_token_ids"]
+__all__ = ["tokenize_document", "empty_document", "render_chat_template", "stop_token_ids"]
 
 
 def tokenize_document(tokenizer, text: str) -> TokenizedDoc:
@@ -17,6 +17,30 @@ def tokenize_document(tokenizer, text: str) -> TokenizedDoc:
     offsets = [(max(0, s - shift), max(0, e - shift)) for s, e in enc["offset_mapping"]]
     n_prefix = len(tokenizer(DOC_PREFIX, add_special_tokens=True)["input_ids"])
     return TokenizedDoc(text=text, token_ids=list(enc["input_ids"]), offsets=offsets, prefix_tokens=n_prefix)
+
+
+def empty_document(tokenizer) -> TokenizedDoc:
+    """The context of a request without a document: the BOS token alone (EOS for tokenizers
+    without one, as Qwen's), no preamble and no placeholder text."""
+    tid = getattr(tokenizer, "bos_token_id", None)
+    if tid is None:
+        tid = getattr(tokenizer, "eos_token_id", None)
+    if tid is None:
+        raise EmptyInputError("this tokenizer has neither a BOS nor an EOS token to start an empty context")
+    return TokenizedDoc(text="", token_ids=[int(tid)], offsets=[(0, 0)], prefix_tokens=1)
+
+
+def render_chat_template(tokenizer, messages: list[dict]) -> str | None:
+    """``messages`` (``{"role", "content"}``) through the tokenizer's chat template, ending with the
+    assistant's turn opened; None when the checkpoint has no template. A leading BOS is dropped:
+    the context the prompt continues already starts with it."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    bos = getattr(tokenizer, "bos_token", None)
+    if bos and text.startswith(bos):
+        text = text[len(bos):]
+    return text
 
 
 # Chat/turn end markers of the supported families: a base model may emit them too.

@@ -7,6 +7,7 @@ holds KV itself: model calls go to the replicas, which share the store's pages.
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 import uuid
@@ -18,7 +19,20 @@ from agentctx.agents.base import ROLES, AgentSpec, AgentTask
 from agentctx.context import Context
 from agentctx.retrieval.policy import SelectionPolicy
 
-__all__ = ["AgentActor", "AgentTaskResult"]
+__all__ = ["AgentActor", "AgentTaskResult", "task_error"]
+
+log = logging.getLogger(__name__)
+
+
+def task_error(exc: BaseException) -> str:
+    """``"Type: first line of the message"`` of the error inside Ray's wrappers."""
+    for _ in range(8):
+        cause = getattr(exc, "cause", None)
+        if cause is None or cause is exc or not isinstance(cause, BaseException):
+            break
+        exc = cause
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:500] if lines else ''}".rstrip(": ")
 
 
 @dataclass(frozen=True)
@@ -55,7 +69,10 @@ class AgentActor:
             out = self.agent.run(self.ctx, task)
             output, error = out.model_dump(mode="json"), None
         except Exception as exc:  # reported per task; the runner decides on retries
-            output, error = None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+            # The traceback goes to this actor's log; the result (what API clients see) names the
+            # error only: no stack frames, no server paths.
+            log.warning("agent task failed\n%s", traceback.format_exc(limit=5))
+            output, error = None, task_error(exc)
         after = self.agent.stats
         delta = {k: getattr(after, k) - getattr(before, k) for k in type(after).model_fields}
         return AgentTaskResult(output, error, delta, time.perf_counter() - t0)

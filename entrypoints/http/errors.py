@@ -16,7 +16,9 @@ from starlette.responses import JSONResponse
 
 from agentctx.entrypoints.schemas import validation_error_detail
 from agentctx.kv_store.errors import (
+    BlobNotFoundError,
     ContextExistsError,
+    ContextLostError,
     ContextNotFoundError,
     InvalidInputError,
     PagesMissingError,
@@ -94,6 +96,11 @@ def map_exception(exc: BaseException, retry_after_s: float = 1.0) -> APIError:
     if isinstance(exc, PagesMissingError):
         return APIError(503, "context pages are being restored; retry later", type="service_unavailable",
                         code="pages_missing", headers=retry)
+    if isinstance(exc, ContextLostError):
+        return APIError(409, str(exc), type="conflict", code="context_lost", param="context_id")
+    if isinstance(exc, BlobNotFoundError):
+        return APIError(503, "the context is being restored; retry later", type="service_unavailable",
+                        code="context_restoring", headers=retry)
     if isinstance(exc, ContextExistsError):
         return APIError(409, str(exc), code="context_exists")
     if isinstance(exc, InvalidInputError):

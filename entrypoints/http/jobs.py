@@ -18,7 +18,7 @@ from agentctx.config import AgentctxConfig
 from agentctx.entrypoints.http.errors import unwrap
 from agentctx.pipelines.dsl import PipelineSpec
 from agentctx.pipelines.report import build_report
-from agentctx.pipelines.runner import PipelineRunner
+from agentctx.pipelines.runner import PipelineCancelled, PipelineError, PipelineRunner
 from agentctx.runtime import Runtime
 from agentctx.serving.client import ServeReplicaClient
 
@@ -27,6 +27,7 @@ __all__ = ["Job", "LoadPayload", "PipelinePayload", "JobManager", "jobs_actor", 
 log = logging.getLogger(__name__)
 
 JOBS_ACTOR = "agentctx-jobs"
+_DONE = ("succeeded", "failed", "cancelled")
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Job:
     tenant: str
     context_id: str
     pipeline: str | None = None  # kind "pipeline": the pipeline's name
-    status: Literal["queued", "running", "succeeded", "failed"] = "queued"
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"] = "queued"
     created_at: float = field(default_factory=time.time)
     started_at: float | None = None
     finished_at: float | None = None
@@ -71,6 +72,7 @@ class JobManager:
         self._slots = threading.Semaphore(max_running)
         self._max_jobs = max_jobs
         self._rt: Runtime | None = None
+        self._cancel: dict[str, threading.Event] = {}
 
     def ping(self) -> bool:
         return True
@@ -85,10 +87,11 @@ class JobManager:
         with self._lock:
             self._jobs[job.id] = job
             while len(self._jobs) > self._max_jobs:
-                old = next((k for k, j in self._jobs.items() if j.status in ("succeeded", "failed")), None)
+                old = next((k for k, j in self._jobs.items() if j.status in _DONE), None)
                 if old is None:
                     break
                 del self._jobs[old]
+            self._cancel[job.id] = threading.Event()
             snapshot = replace(job)
         threading.Thread(target=self._run, args=(job, payload), name=f"job-{job.id}", daemon=True).start()
         return snapshot
@@ -98,6 +101,28 @@ class JobManager:
             job = self._jobs.get(job_id)
             return replace(job) if job is not None and job.tenant == tenant else None
 
+    def list(self, tenant: str, kind: str = "pipeline", pipeline: str | None = None, limit: int = 100
+             ) -> list[Job]:
+        """The tenant's jobs of a kind (and pipeline), newest first, results left out."""
+        with self._lock:
+            out = [replace(j, result=None) for j in reversed(self._jobs.values())
+                   if j.tenant == tenant and j.kind == kind and (pipeline is None or j.pipeline == pipeline)]
+        return out[:limit]
+
+    def cancel(self, job_id: str, tenant: str) -> Job | None:
+        """Cancel a queued or running job (a finished one is left as it is); None if not the tenant's."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.tenant != tenant:
+                return None
+            if job.status not in _DONE:
+                event = self._cancel.get(job_id)
+                if event is not None:
+                    event.set()
+                if job.status == "queued":  # never started: it ends now
+                    job.status, job.finished_at, job.error = "cancelled", time.time(), "cancelled by the client"
+            return replace(job)
+
     def find_load(self, tenant: str, context_id: str) -> Job | None:
         with self._lock:
             for job in reversed(self._jobs.values()):
@@ -105,11 +130,13 @@ class JobManager:
                     return replace(job)
         return None
 
-    def counts(self) -> dict:
+    def counts(self, kind: str | None = None) -> dict:
+        """Jobs kept, by status (of one kind when given)."""
         with self._lock:
             out: dict[str, int] = {}
             for j in self._jobs.values():
-                out[j.status] = out.get(j.status, 0) + 1
+                if kind is None or j.kind == kind:
+                    out[j.status] = out.get(j.status, 0) + 1
             return out
 
     def _set(self, job: Job, **fields) -> None:
@@ -119,20 +146,29 @@ class JobManager:
 
     def _run(self, job: Job, payload: LoadPayload | PipelinePayload) -> None:
         slots = self._slots if job.kind == "pipeline" else None
+        cancel = self._cancel.get(job.id) or threading.Event()
         if slots is not None:
             slots.acquire()
         try:
-            self._set(job, status="running", started_at=time.time())
+            with self._lock:
+                if cancel.is_set():
+                    return  # cancelled while queued (cancel() already marked it)
+                job.status, job.started_at = "running", time.time()
             if isinstance(payload, PipelinePayload):
-                result = self._run_pipeline(job, payload)
+                result = self._run_pipeline(job, payload, cancel)
             else:
                 result = self._run_load(job, payload)
             self._set(job, status="succeeded", result=result, finished_at=time.time())
+        except PipelineCancelled:
+            self._set(job, status="cancelled", error="cancelled by the client", finished_at=time.time())
         except Exception as exc:
             inner = unwrap(exc)
             log.warning("job %s failed: %s: %s", job.id, type(inner).__name__, inner)
-            self._set(job, status="failed", error=f"{type(inner).__name__}: {inner}"[:2000], finished_at=time.time())
+            first = (str(inner).strip().splitlines() or [""])[0]
+            self._set(job, status="failed", error=f"{type(inner).__name__}: {first}"[:2000], finished_at=time.time())
         finally:
+            with self._lock:
+                self._cancel.pop(job.id, None)
             if slots is not None:
                 slots.release()
 
@@ -142,9 +178,18 @@ class JobManager:
         return {"num_tokens": res.num_tokens, "num_pages": res.num_pages, "prefilled": res.prefilled,
                 "prefill_s": res.prefill_s, "index_s": res.index_s, "total_s": res.total_s}
 
-    def _run_pipeline(self, job: Job, payload: PipelinePayload) -> dict:
+    def _run_pipeline(self, job: Job, payload: PipelinePayload, cancel: threading.Event) -> dict:
         rt = self._runtime()
-        result = PipelineRunner(rt, progress=False).run(payload.spec, job.context_id, job.tenant)
+        # A context that lost its pages or blobs (a restart) is rebuilt from its kept document first;
+        # one that cannot be (ContextLostError) fails the run here, saying so.
+        rt.restore_context(job.context_id, job.tenant)
+        result = PipelineRunner(rt, progress=False).run(payload.spec, job.context_id, job.tenant,
+                                                        cancelled=cancel.is_set)
+        dead = [n for n, s in result.steps.items() if s.errors and not s.ok_outputs]
+        if dead:  # every task of a step failed: the run failed, whatever the other steps gave
+            step = result.steps[dead[0]]
+            raise PipelineError(f"step {dead[0]!r} failed for all {len(step.errors)} task(s): "
+                                f"{step.errors[0].splitlines()[0]}")
         if payload.report:
             return build_report(result, rt.client.info()).model_dump(mode="json")
         return {"pipeline": result.pipeline, "context_id": job.context_id, "seconds": round(result.seconds, 3),

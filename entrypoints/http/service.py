@@ -23,11 +23,11 @@ from ray import serve
 
 from agentctx.config import AgentctxConfig
 from agentctx.entrypoints.auth import ApiKeyAuth
-from agentctx.entrypoints.http.errors import APIError, map_exception, unwrap, validation_error
+from agentctx.entrypoints.http.errors import APIError, is_replica_failure, map_exception, unwrap, validation_error
 from agentctx.entrypoints.http.failover import Failover
 from agentctx.entrypoints.http.jobs import jobs_actor
 from agentctx.entrypoints.metrics import HttpMetrics
-from agentctx.kv_store.errors import StoreError
+from agentctx.kv_store.errors import BlobNotFoundError, StoreError
 from agentctx.retrieval.policy import SelectionPolicy
 from agentctx.runtime import Runtime, context_id_for, retrieval_actor
 from agentctx.serving.client import ServeReplicaClient
@@ -39,7 +39,7 @@ __all__ = ["ApiService", "service_of", "tenant_of", "wait", "EMPTY_DOCUMENT"]
 log = logging.getLogger(__name__)
 
 MODEL_DEPLOYMENT = "ModelReplica"
-EMPTY_DOCUMENT = "(no document)\n"
+EMPTY_DOCUMENT = ""  # the no-document context: the BOS token alone, no placeholder text
 
 
 async def wait(ref):
@@ -126,8 +126,9 @@ class ApiService:
         rt = await self.call(self.runtime)
         return await self.call(rt.attach, context_id, tenant, None, f"http-{uuid.uuid4().hex[:12]}")
 
-    async def load(self, text: str, tenant: str):
-        """Load (or reattach) synchronously; returns the LoadResult (the reference is closed)."""
+    async def load(self, text: str, tenant: str, allow_empty: bool = False):
+        """Load (or reattach, rebuilding what it lost) synchronously; returns the LoadResult (the
+        reference is closed)."""
         model_id = await self.model_id()
         key = (tenant, context_id_for(model_id, tenant, text))
         lock = self._load_locks.setdefault(key, asyncio.Lock())
@@ -135,7 +136,7 @@ class ApiService:
             async with lock:  # one prefill per document even when uploaded twice at once
                 rt = await self.call(self.runtime)
                 try:
-                    ctx, res = await self.call(rt.load_context, text, tenant)
+                    ctx, res = await self.call(rt.load_context, text, tenant, allow_empty=allow_empty)
                 except BaseException:
                     self.metrics.loads.labels("failed").inc()
                     raise
@@ -156,12 +157,17 @@ class ApiService:
         """The tenant's built-in empty document (OpenAI requests without ``context_id``)."""
         cid = self._empty.get(tenant)
         if cid is None:
-            res = await self.load(EMPTY_DOCUMENT, tenant)
+            res = await self.load(EMPTY_DOCUMENT, tenant, allow_empty=True)
             cid = self._empty[tenant] = res.context_id
         return cid
 
     async def repair(self, context_id: str, tenant: str) -> int:
-        return await self.model_call("repair_context", context_id, tenant, context_id=context_id)
+        """Put back a context's lost pages and blobs from its kept document; returns pages put back
+        (``ContextLostError`` when nothing to rebuild it from remains)."""
+        res = await self.model_call("restore_context", context_id, tenant, context_id=context_id)
+        if res.repaired:
+            self.metrics.restores.labels("prefilled" if res.prefilled else "republished").inc()
+        return res.pages_put
 
     # ------------------------------------------------------------------ planning
     def policy_for(self, dense: bool, budget_fraction: float | None, top_k_pages: int | None):
@@ -185,18 +191,26 @@ class ApiService:
         """The AttendPlan of a query (None when dense)."""
         if policy is None:
             return None
-        ref = self.retrieval.plan.remote(ctx.context_id, ctx.tenant, query, policy)
-        try:
-            return await asyncio.wait_for(wait(ref), self.cfg.serve.request_timeout_s)
-        except asyncio.TimeoutError:
-            ray.cancel(ref)
-            raise self.error(TimeoutError("retrieval did not answer in time")) from None
-        except Exception as exc:
-            inner = unwrap(exc)
-            if isinstance(inner, ValueError) and not isinstance(inner, StoreError):
-                # e.g. a budget below the mandatory sink + recent pages
-                raise APIError(422, str(inner), code="invalid_budget", param=param) from None
-            raise self.error(inner) from None
+        for attempt in (0, 1):
+            ref = self.retrieval.plan.remote(ctx.context_id, ctx.tenant, query, policy)
+            try:
+                return await asyncio.wait_for(wait(ref), self.cfg.serve.request_timeout_s)
+            except asyncio.TimeoutError:
+                ray.cancel(ref)
+                raise self.error(TimeoutError("retrieval did not answer in time")) from None
+            except Exception as exc:
+                inner = unwrap(exc)
+                if attempt == 0 and isinstance(inner, BlobNotFoundError):
+                    # The document blob went with an earlier store actor: rebuild it, then plan again.
+                    await self.repair(ctx.context_id, ctx.tenant)
+                    continue
+                self._plan_error(inner, param)
+
+    def _plan_error(self, inner: BaseException, param: str):
+        if isinstance(inner, ValueError) and not isinstance(inner, StoreError):
+            # e.g. a budget below the mandatory sink + recent pages
+            raise APIError(422, str(inner), code="invalid_budget", param=param) from None
+        raise self.error(inner) from None
 
     def check_max_tokens(self, value: int, param: str) -> int:
         limit = self.cfg.serve.max_new_tokens
@@ -204,10 +218,23 @@ class ApiService:
             raise APIError(422, f"{param} must be <= {limit}", code="less_than_equal", param=param, limit=limit)
         return value
 
+    async def replica_live(self, timeout_s: float) -> bool:
+        """Whether a model replica answers a cheap call within ``timeout_s`` (a dead one's replacement)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await self.model_call("info", timeout_s=max(0.05, deadline - time.monotonic()))
+                return True
+            except Exception as exc:
+                if time.monotonic() + 0.2 >= deadline or not (
+                        isinstance(exc, asyncio.TimeoutError) or is_replica_failure(exc)):
+                    return False
+                await asyncio.sleep(0.2)
+
     # ------------------------------------------------------------------ generation
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         """One generation; a dead replica is retried until a replacement answers (or 503)."""
-        tries = Failover(self.cfg.serve.request_timeout_s, self.retry_after_s, self.repair)
+        tries = Failover(self.cfg.serve.request_timeout_s, self.retry_after_s, self.repair, self.replica_live)
         while True:
             try:
                 return await self.model_call("generate", req, context_id=req.context_id,
@@ -222,7 +249,7 @@ class ApiService:
 
     async def stream(self, req: GenerateRequest) -> AsyncIterator[tuple[str, Any]]:
         """``("delta", text)``... then ``("result", GenerateResult)``; retried while nothing was sent."""
-        tries = Failover(self.cfg.serve.request_timeout_s, self.retry_after_s, self.repair)
+        tries = Failover(self.cfg.serve.request_timeout_s, self.retry_after_s, self.repair, self.replica_live)
         while True:
             gen = self.handle.options(stream=True, multiplexed_model_id=req.context_id).stream_events.remote(req)
             sent = False
