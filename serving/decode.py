@@ -12,6 +12,9 @@ from typing import Protocol
 
 import torch
 
+from agentctx.serving.sampling import pick_token
+from agentctx.serving.types import SamplingParams
+
 __all__ = ["TokenLoop", "Constraint"]
 
 
@@ -38,20 +41,20 @@ class TokenLoop:
     def __init__(self, logits: torch.Tensor, step: Callable[[int, list[int] | None], torch.Tensor], *,
                  max_new_tokens: int, stop_ids: set[int], temperature: float = 0.0,
                  generator: torch.Generator | None = None, constraint: Constraint | None = None,
-                 allowed: list[int] | None = None, on_first: Callable[[], None] | None = None):
+                 allowed: list[int] | None = None, on_first: Callable[[], None] | None = None,
+                 sampling: SamplingParams | None = None):
         self._logits, self._step = logits, step
         self.max_new_tokens, self.stop_ids = max_new_tokens, stop_ids
         self.temperature, self.generator = temperature, generator
         self.constraint, self._allowed, self._on_first = constraint, allowed, on_first
+        self.sampling = sampling
+        self._history: list[int] = []  # tokens picked so far (penalties count them)
         self.finish = "length"
         self.first_pick_at: float | None = None
         self.steps = 0
 
-    def _pick(self, logits: torch.Tensor) -> int:
-        if self.temperature <= 0:
-            return int(torch.argmax(logits))  # a host sync: the token is known on the host
-        probs = torch.softmax(logits.float().cpu() / self.temperature, dim=-1)
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+    def _pick(self, logits: torch.Tensor, allowed: list[int] | None = None) -> int:
+        return pick_token(logits, self.temperature, self.sampling, self._history, self.generator, allowed)
 
     def __iter__(self) -> Iterator[int]:
         logits, allowed, constraint = self._logits, self._allowed, self.constraint
@@ -59,8 +62,9 @@ class TokenLoop:
             if allowed is not None and not allowed:
                 self.finish = "stop"  # nothing may follow: the quote cannot start or continue
                 return
-            pick = self._pick(logits)
+            pick = self._pick(logits, allowed)
             token = allowed[pick] if allowed is not None else pick
+            self._history.append(token)
             if self.first_pick_at is None:
                 self.first_pick_at = time.perf_counter()
                 if self._on_first is not None:

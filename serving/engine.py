@@ -410,7 +410,8 @@ class LocalEngine(Engine):
                 want: list[int] | None, stop_ids: set[int], gen, on_text, t0: float):
         """The text of the token loop: (text, token ids, finish reason, ttft, chars emitted)."""
         loop = TokenLoop(logits, step, max_new_tokens=req.max_new_tokens, stop_ids=stop_ids,
-                         temperature=req.temperature, generator=gen, constraint=copy, allowed=want)
+                         temperature=req.temperature, generator=gen, constraint=copy, allowed=want,
+                         sampling=req.sampling)
         out: list[int] = []
         text, emitted, finish = "", 0, None
         for nxt in loop:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "ContextTooLongError", "EmptyInputError", "TokenizedDoc", "PrefillResult", "GenerateRequest", "GenerateResult",
-    "ScoreRequest", "DOC_PREFIX",
+    "ScoreRequest", "SamplingParams", "DOC_PREFIX",
 ]
 
 # Every document is prefilled behind the same short preamble so that all agents
@@ -44,6 +44,35 @@ class PrefillResult:
 
 
 @dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is picked beyond temperature (``serving/sampling.py`` ``pick_token``).
+
+    Defaults change nothing: greedy stays the argmax, sampling stays a draw from the softmax.
+    """
+
+    top_p: float = 1.0  # keep the smallest set of tokens whose probability reaches top_p
+    top_k: int = 0  # keep the k most likely tokens (0: all)
+    min_p: float = 0.0  # drop tokens below min_p x the most likely token's probability
+    presence_penalty: float = 0.0  # subtracted from the logit of every token generated at least once
+    frequency_penalty: float = 0.0  # subtracted once per earlier occurrence
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.top_p <= 1.0:  # 0 keeps only the most likely token
+            raise ValueError(f"top_p must be in [0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+
+    @property
+    def is_default(self) -> bool:
+        return self == _DEFAULT_SAMPLING
+
+
+_DEFAULT_SAMPLING = SamplingParams()
+
+
+@dataclass(frozen=True)
 class GenerateRequest:
     """One completion over a context. pages=None attends to every page (dense)."""
 
@@ -60,6 +89,7 @@ class GenerateRequest:
     # that are source text by construction); None: free generation.
     constraint: str | None = None
     copy_pages: tuple[int, ...] | None = None  # pages a "copy" quote may come from (default: attended)
+    sampling: SamplingParams | None = None  # top-p/top-k/min-p and penalties (None: plain temperature)
 
 
 @dataclass

@@ -257,10 +257,14 @@ class VLLMEngine(Engine):
             structured = StructuredOutputsParams(choice=self._copy_choices(doc, copy_pages))
         elif req.constraint is not None:
             raise ValueError(f"unknown constraint {req.constraint!r} (supported: 'copy')")
+        sp = req.sampling
+        extra = {} if sp is None else {"top_p": sp.top_p, "top_k": sp.top_k or -1, "min_p": sp.min_p,
+                                       "presence_penalty": sp.presence_penalty,
+                                       "frequency_penalty": sp.frequency_penalty}
         params = SamplingParams(
             max_tokens=req.max_new_tokens, temperature=req.temperature, seed=req.seed,
             stop=list(req.stop) or None, stop_token_ids=sorted(self._stop_ids),
-            output_kind=RequestOutputKind.DELTA, structured_outputs=structured,
+            output_kind=RequestOutputKind.DELTA, structured_outputs=structured, **extra,
         )
         text, ids, finish, ttft, cached = self._run(plan.token_ids, params, on_text)
         self.stats["cached_prompt_tokens"] += cached
