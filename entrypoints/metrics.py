@@ -17,8 +17,14 @@ ingress replica, the default) for the full picture. Families:
 * ``agentctx_rejections_total{reason}`` — 503s by cause (``busy``, ``store_unavailable``,
   ``replica_unavailable``) and 504s (``timeout``).
 * ``agentctx_replica_*{replica}`` — the model replicas' own counters (device-cache
-  hits/misses, loads, prefills, cached bytes), refreshed at scrape time from
-  ``info()`` of the replica the scrape reaches.
+  hits/misses, loads, prefills, cached bytes), requests running and waiting, queue time
+  (``agentctx_replica_queue_seconds_total`` / ``agentctx_replica_requests_started_total``),
+  refreshed at scrape time from ``info()`` of the replica the scrape reaches.
+* ``agentctx_time_per_output_token_seconds{route}``, ``agentctx_prompt_tokens_total{route}``
+  (prompt + attended document tokens, as ``usage.prompt_tokens``).
+* ``agentctx_kv_store_bytes`` / ``_budget_bytes`` / ``_pages``, ``agentctx_kv_store_evictions_total``,
+  ``agentctx_kv_store_disk_restores_total`` — the shared store, from its metrics at scrape time.
+* ``agentctx_pipeline_runs{state}`` — runs kept by the jobs actor, by state.
 """
 
 from __future__ import annotations
@@ -42,11 +48,47 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 _REPLICA_COUNTERS = {"cache_hits": "device-cache hits", "cache_misses": "device-cache misses",
                      "loads": "contexts loaded from the shared store", "prefills": "prefills run",
                      "prefill_tokens": "tokens prefilled", "requests": "model requests",
-                     "generated_tokens": "tokens generated", "errors": "failed model requests"}
+                     "generated_tokens": "tokens generated", "errors": "failed model requests",
+                     "queue_seconds": "seconds requests waited at the replica before their work started",
+                     "requests_started": "requests whose work started (queue_seconds / this = mean queue time)"}
 # From info()["decode_batching"]: steps / forwards is the mean number of generations per decode forward.
 _BATCH_COUNTERS = {"forwards": "decode forwards run by the batcher", "steps": "decode steps those forwards carried",
                    "fallbacks": "batched decode forwards that failed and were re-run step by step"}
-_REPLICA_GAUGES = {"cached_contexts": "contexts in the device cache", "cached_bytes": "KV bytes in the device cache"}
+_REPLICA_GAUGES = {"cached_contexts": "contexts in the device cache", "cached_bytes": "KV bytes in the device cache",
+                   "requests_running": "requests running (generating or scoring)",
+                   "requests_waiting": "requests arrived and not started yet"}
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_STORE_GAUGES = {"bytes": ("agentctx_kv_store_bytes", "KV bytes in the store's host tier"),
+                 "budget_bytes": ("agentctx_kv_store_budget_bytes", "Byte budget of the host tier"),
+                 "pages": ("agentctx_kv_store_pages", "Pages in the host tier")}
+_STORE_COUNTERS = {"evictions": ("agentctx_kv_store_evictions", "Pages evicted under the byte budget"),
+                   "restores": ("agentctx_kv_store_disk_restores", "Pages reloaded from the disk tier")}
+
+
+class _StoreCollector:
+    """The KV store's bytes against its budget and its evictions, from the last scrape's metrics()."""
+
+    def __init__(self) -> None:
+        self._last: dict = {}
+
+    def update(self, metrics: dict) -> None:
+        host = (metrics.get("tiers") or {}).get("host") or {}
+        self._last = {"bytes": host.get("bytes"), "budget_bytes": host.get("budget_bytes"),
+                      "pages": host.get("pages"), "evictions": metrics.get("evictions"),
+                      "restores": metrics.get("restores")}
+
+    def collect(self):
+        last = dict(self._last)
+        for key, (name, doc) in _STORE_GAUGES.items():
+            fam = GaugeMetricFamily(name, doc)
+            if isinstance(last.get(key), (int, float)):
+                fam.add_metric([], float(last[key]))
+            yield fam
+        for key, (name, doc) in _STORE_COUNTERS.items():
+            fam = CounterMetricFamily(name, doc)
+            if isinstance(last.get(key), (int, float)):
+                fam.add_metric([], float(last[key]))
+            yield fam
 
 
 class _ReplicaCollector:
@@ -117,6 +159,14 @@ class HttpMetrics:
                                   registry=r)
         self.replicas = _ReplicaCollector()
         r.register(self.replicas)
+        self.store = _StoreCollector()
+        r.register(self.store)
+        self.tpot = Histogram("agentctx_time_per_output_token_seconds", "Decode time per generated token after "
+                              "the first", ["route"], buckets=_TPOT_BUCKETS, registry=r)
+        self.prompt_tokens = Counter("agentctx_prompt_tokens", "Prompt tokens read: the prompt's own plus the "
+                                     "document tokens attended", ["route"], registry=r)
+        self.pipeline_runs = Gauge("agentctx_pipeline_runs", "Pipeline runs kept by the jobs actor, by state",
+                                   ["state"], registry=r)
 
     def observe_generation(self, route: str, result) -> None:
         """Record a serving.types.GenerateResult."""
@@ -125,9 +175,16 @@ class HttpMetrics:
         self.tokens.labels(route).inc(n)
         if n > 1 and result.total_s > result.ttft_s:
             self.tps.labels(route).observe((n - 1) / (result.total_s - result.ttft_s))
+            self.tpot.labels(route).observe((result.total_s - result.ttft_s) / (n - 1))
+        self.prompt_tokens.labels(route).inc(result.prompt_tokens + result.attended_tokens)
         self.pages.labels(route).observe(result.pages_attended)
         if result.context_tokens:
             self.utilization.labels(route).observe(result.attended_tokens / result.context_tokens)
+
+    def set_pipeline_runs(self, counts: dict) -> None:
+        """Runs by state (queued, running, succeeded, failed, cancelled), as the jobs actor counts them."""
+        for state in ("queued", "running", "succeeded", "failed", "cancelled"):
+            self.pipeline_runs.labels(state).set(int(counts.get(state, 0)))
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()

@@ -24,6 +24,7 @@ __all__ = [
     "PIPELINE_NAME_RE", "ErrorDetail", "ErrorResponse", "CreateContextRequest", "ContextResponse",
     "QueryRequest", "PlanOut", "QueryResponse", "ReviewOptions", "PipelineRunRequest", "PipelineRunResponse",
     "CompletionRequest", "ChatMessage", "ChatCompletionRequest", "validation_error_detail",
+    "UNSUPPORTED_OPENAI_PARAMS",
 ]
 
 MAX_QUESTION_CHARS = 16_384
@@ -161,9 +162,10 @@ class PlanOut(BaseModel):
 
 
 class Usage(BaseModel):
-    prompt_tokens: int
+    prompt_tokens: int = Field(description="Prompt tokens + the document tokens the answer attended")
     completion_tokens: int
     total_tokens: int
+    agentctx: dict[str, Any] | None = Field(None, description="question/document tokens, pages, utilization")
 
 
 class QueryResponse(BaseModel):
@@ -201,7 +203,7 @@ class PipelineRunResponse(BaseModel):
     object: Literal["pipeline.run"] = "pipeline.run"
     pipeline: str
     context_id: str
-    status: Literal["queued", "running", "succeeded", "failed"]
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None
@@ -211,11 +213,22 @@ class PipelineRunResponse(BaseModel):
 
 
 # ---------------------------------------------------------------------------- OpenAI
+#: OpenAI parameters we do not implement: a request that sets one is refused with a 400 naming it,
+#: never answered as if it had not been sent. (Unset, null, false or empty counts as not sent.)
+UNSUPPORTED_OPENAI_PARAMS = ("tools", "tool_choice", "functions", "function_call", "logit_bias", "top_logprobs",
+                             "audio", "prediction", "web_search_options")
+
+
 class _OpenAICommon(_Lenient):
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=1, description="As the query route: at least 1 (0 is refused)")
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0, le=1 << 20, description="Extension (vLLM's): 0 = off")
+    min_p: float | None = Field(None, ge=0.0, le=1.0, description="Extension (vLLM's)")
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    response_format: dict[str, Any] | None = None
     n: int | None = Field(None, ge=1, le=128)
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
@@ -223,6 +236,17 @@ class _OpenAICommon(_Lenient):
     seed: int | None = Field(None, ge=-MAX_SEED, le=MAX_SEED)
     logprobs: Any = None
     user: str | None = Field(None, max_length=256)
+    modalities: list[str] | None = None
+    # not implemented: refused when set (UNSUPPORTED_OPENAI_PARAMS)
+    tools: Any = None
+    tool_choice: Any = None
+    functions: Any = None
+    function_call: Any = None
+    logit_bias: Any = None
+    top_logprobs: Any = None
+    audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
     # agentctx extensions
     context_id: str | None = Field(None, min_length=1, max_length=128, description="Answer over this context")
     dense: bool = False
@@ -274,4 +298,4 @@ class ChatMessage(_Lenient):
 
 class ChatCompletionRequest(_OpenAICommon):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
-    max_completion_tokens: int | None = Field(None, ge=0)
+    max_completion_tokens: int | None = Field(None, ge=1)

@@ -294,6 +294,16 @@ class KVStore:
                                       "evictions": sum(s["evictions"] for s in stats)}
         return out
 
+    def ping(self, timeout_s: float = 2.0) -> None:
+        """Both halves answer within ``timeout_s``: the directory (Redis) and the store actor;
+        ``StoreUnavailableError`` otherwise (what a readiness probe asks)."""
+        self.directory.ping()
+        try:
+            ray.get(self._actor.info.remote(), timeout=timeout_s)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as exc:
+            raise StoreUnavailableError(f"store actor {self.namespace}/{ACTOR_NAME} did not answer: "
+                                        f"{type(exc).__name__}", retryable=True) from None
+
     def info(self) -> dict[str, Any]:
         """The running actor's config, pid and directory backend."""
         return self._call(self._actor.info)

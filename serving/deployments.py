@@ -9,6 +9,7 @@ import threading
 from ray import serve
 
 from agentctx.serving.config import ReplicaConfig
+from agentctx.serving.load import LoadMeter
 from agentctx.serving.restore import RestoreResult
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
@@ -34,6 +35,11 @@ class ModelReplicaDeployment:
         _set_cpu_threads(config)
         store = KVStore.connect_cached(config.redis_url, config.namespace)
         self.replica = ModelReplica(config.engine, store=store)
+        self.load = LoadMeter()
+
+    def _metered(self, arrived: float, fn, *args):
+        with self.load.running_since(arrived):
+            return fn(*args)
 
     @serve.multiplexed(max_num_models_per_replica=64)
     async def _context(self, context_id: str) -> str:
@@ -47,7 +53,7 @@ class ModelReplicaDeployment:
             await self._context(cid)
 
     async def info(self) -> dict:
-        return self.replica.info()
+        return {**self.replica.info(), **self.load.snapshot()}
 
     async def tokenize_document(self, text: str, allow_empty: bool = False) -> TokenizedDoc:
         return await asyncio.to_thread(self.replica.tokenize_document, text, allow_empty)
@@ -62,11 +68,11 @@ class ModelReplicaDeployment:
 
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         await self._touch()
-        return await asyncio.to_thread(self.replica.generate, req)
+        return await asyncio.to_thread(self._metered, self.load.arrive(), self.replica.generate, req)
 
     async def score(self, req: ScoreRequest) -> list[float]:
         await self._touch()
-        return await asyncio.to_thread(self.replica.score, req)
+        return await asyncio.to_thread(self._metered, self.load.arrive(), self.replica.score, req)
 
     def stream(self, req: GenerateRequest):
         yield from self.replica.stream(req)
@@ -82,7 +88,7 @@ class ModelReplicaDeployment:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         cancelled = threading.Event()
-        replica = self.replica
+        replica, load, arrived = self.replica, self.load, self.load.arrive()
 
         def on_text(delta: str) -> None:
             if cancelled.is_set():
@@ -92,7 +98,8 @@ class ModelReplicaDeployment:
         def run() -> None:
             replica.metrics["requests"] += 1
             try:
-                res = replica.engine.generate(req, on_text=on_text)
+                with load.running_since(arrived):
+                    res = replica.engine.generate(req, on_text=on_text)
                 res.replica = replica.name
                 replica.metrics["generated_tokens"] += len(res.token_ids)
                 replica.metrics["pages_attended"] += res.pages_attended

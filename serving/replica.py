@@ -24,7 +24,7 @@ from agentctx.kv_store.paging import page_char_spans
 from agentctx.serving.config import EngineConfig
 from agentctx.serving.engine import Engine, LocalEngine
 from agentctx.serving.restore import TOKENS_BLOB, WINDOW_BLOB, RestoreResult, restore_context
-from agentctx.serving.tokenize import empty_document, render_chat_template
+from agentctx.serving.tokenize import empty_document, max_token_bytes, render_chat_template
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ModelReplica", "WINDOW_BLOB", "TOKENS_BLOB"]
@@ -72,6 +72,7 @@ class ModelReplica:
             raise ValueError(f"engine page size {self.engine.page_size} != configured {cfg.page_size}")
         self.engine.page_loader = self._load_pages if store is not None else None
         self.metrics = {"requests": 0, "generated_tokens": 0, "pages_attended": 0, "ttft_s_sum": 0.0, "errors": 0}
+        self._max_token_bytes: int | None = None
 
     # ------------------------------------------------------------------ info
     @property
@@ -83,10 +84,19 @@ class ModelReplica:
             "replica": self.name,
             "model_id": self.model_id,
             "page_size": self.engine.page_size,
+            "max_token_bytes": self.max_token_bytes,
+            "chat_template": bool(getattr(self.engine.tokenizer, "chat_template", None)),
             **self.engine.describe(),
             **self.engine.stats,
             **self.metrics,
         }
+
+    @property
+    def max_token_bytes(self) -> int:
+        """Bytes of the longest token's text: what bounds a document's bytes by its token limit."""
+        if self._max_token_bytes is None:
+            self._max_token_bytes = max_token_bytes(self.engine.tokenizer)
+        return self._max_token_bytes
 
     def holds(self, context_id: str) -> bool:
         return self.engine.holds(context_id)

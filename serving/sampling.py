@@ -69,7 +69,7 @@ def pick_token(logits: torch.Tensor, temperature: float, params: SamplingParams 
                ids: Sequence[int] | None = None) -> int:
     """The index (into ``logits``) of the next token.
 
-    ``logits``: (V,) for one row; ``history``: token ids this generation produced so far;
+    ``logits``: (V,) or (1, V) for one row; ``history``: token ids this generation produced so far;
     ``ids``: vocabulary ids of the logits when they cover a subset (penalties need them).
     """
     if params is None or params.is_default:
@@ -77,7 +77,7 @@ def pick_token(logits: torch.Tensor, temperature: float, params: SamplingParams 
             return int(torch.argmax(logits))  # a host sync: the token is known on the host
         probs = torch.softmax(logits.float().cpu() / temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=generator))
-    x = apply_penalties(logits, params, history, ids)
+    x = apply_penalties(logits.reshape(-1), params, history, ids)
     if temperature <= 0:
         return int(torch.argmax(x))
     probs = filter_probs(torch.softmax(x.cpu() / temperature, dim=-1), params)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentctx.serving.types import DOC_PREFIX, EmptyInputError, TokenizedDoc
 
-__all__ = ["tokenize_document", "empty_document", "render_chat_template", "stop_token_ids"]
+__all__ = ["tokenize_document", "empty_document", "render_chat_template", "max_token_bytes", "stop_token_ids"]
 
 
 def tokenize_document(tokenizer, text: str) -> TokenizedDoc:
@@ -41,6 +41,21 @@ def render_chat_template(tokenizer, messages: list[dict]) -> str | None:
     if bos and text.startswith(bos):
         text = text[len(bos):]
     return text
+
+
+def max_token_bytes(tokenizer) -> int:
+    """UTF-8 bytes of the longest text one token stands for (special tokens left out).
+
+    A text of B bytes has at least ``B / max_token_bytes`` tokens, so a document over
+    ``max_context_tokens * max_token_bytes`` bytes is too long before anything tokenizes it."""
+    special = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    ids = [i for i in range(len(tokenizer)) if i not in special]
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    longest = 1
+    for piece in pieces:
+        if piece:
+            longest = max(longest, len(tokenizer.convert_tokens_to_string([piece]).encode("utf-8")))
+    return longest
 
 
 # Chat/turn end markers of the supported families: a base model may emit them too.

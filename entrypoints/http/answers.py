@@ -18,8 +18,15 @@ def plan_out(plan, ctx_tokens: int) -> PlanOut:
 
 
 def usage(res: GenerateResult) -> dict:
-    return {"prompt_tokens": res.prompt_tokens, "completion_tokens": len(res.token_ids),
-            "total_tokens": res.prompt_tokens + len(res.token_ids)}
+    """OpenAI usage; ``prompt_tokens`` counts what the answer read: the prompt's own tokens plus the
+    document tokens it attended (all of them when dense). The ``agentctx`` block splits them."""
+    prompt = res.prompt_tokens + res.attended_tokens
+    return {"prompt_tokens": prompt, "completion_tokens": len(res.token_ids),
+            "total_tokens": prompt + len(res.token_ids),
+            "agentctx": {"question_tokens": res.prompt_tokens, "document_tokens": res.attended_tokens,
+                         "context_tokens": res.context_tokens, "pages_attended": res.pages_attended,
+                         "utilization": round(res.attended_tokens / res.context_tokens, 6)
+                         if res.context_tokens else None}}
 
 
 def extension(res: GenerateResult, context_id: str) -> dict:

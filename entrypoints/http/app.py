@@ -19,12 +19,15 @@ its own contexts and runs — anything else is a 404, the same 404 as a missing 
 ``POST   /v1/pipelines/{name}/runs``  run ``document_review``, a ``pipelines/<name>.yaml`` (or
                                       ``$AGENTCTX_PIPELINES_DIR/<name>.yaml``) or an inline
                                       ``spec`` in the background; 202 + ``status_url``
+``GET    /v1/pipelines/{name}/runs``  the tenant's runs of a pipeline, newest first
 ``GET    /v1/pipelines/{name}/runs/{run_id}``  status and, when done, the result
+``DELETE /v1/pipelines/{name}/runs/{run_id}``  cancel a queued or running run
 ``POST   /v1/completions``            OpenAI legacy completions (+ ``context_id`` extension)
 ``POST   /v1/chat/completions``       OpenAI chat completions (+ ``context_id`` extension)
-``GET    /v1/models``                 the served model
+``GET    /v1/models``                 the served model (``/v1/models/{id}``: one)
 ``GET    /metrics``                   Prometheus text
 ``GET    /healthz``                   liveness, no auth
+``GET    /readyz``                    readiness (store and model replicas answer), no auth
 ====================================  ===========================================================
 
 OpenAI routes without ``context_id`` answer over a tiny built-in document,
@@ -36,7 +39,8 @@ Errors are JSON ``{"error": {"message", "type", "code", "param", "limit"}}``:
 400 malformed body (bad JSON, invalid UTF-8, lone surrogates) or unsupported
 parameter, 401 missing/unknown key, 404 unknown id or route, 413 body over
 ``serve.max_request_bytes`` or document over ``model.max_context_tokens``, 415
-wrong content type, 422 a field out of range (``param`` + ``limit``), 503 +
+wrong content type, 409 a context that lost its KV and whose text is not kept
+(``context_lost``: upload the same text again), 422 a field out of range (``param`` + ``limit``), 503 +
 ``Retry-After`` when the model queue is full (Serve ``max_queued_requests``
 exceeded: ``BackPressureError``), the KV store is unreachable
 (``StoreUnavailableError``) or no model replica answers within 25 s, 504 past

@@ -22,7 +22,7 @@ __all__ = ["Guard", "OPEN_PATHS"]
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 
 class Guard:

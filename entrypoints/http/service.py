@@ -68,6 +68,8 @@ class ApiService:
         self._rt = None
         self._rt_lock = threading.Lock()
         self._model_id: str | None = None
+        self._max_token_bytes: int | None = None
+        self.has_chat_template = False
         self._empty: dict[str, str] = {}
         self._load_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.started_at = int(time.time())
@@ -103,6 +105,8 @@ class ApiService:
     async def model_id(self) -> str:
         if self._model_id is None:
             info = await self.model_call("info")
+            self._max_token_bytes = int(info.get("max_token_bytes") or 0) or None
+            self.has_chat_template = bool(info.get("chat_template"))
             self._model_id = info["model_id"]
             self.metrics.replicas.update(info)
         return self._model_id
@@ -211,6 +215,19 @@ class ApiService:
             # e.g. a budget below the mandatory sink + recent pages
             raise APIError(422, str(inner), code="invalid_budget", param=param) from None
         raise self.error(inner) from None
+
+    async def check_document_bytes(self, num_bytes: int, param: str) -> None:
+        """413 for a document whose UTF-8 size alone proves it over ``model.max_context_tokens``
+        (no token stands for more than the tokenizer's longest token), before anything tokenizes it."""
+        await self.model_id()
+        if self._max_token_bytes is None:
+            return
+        tokens = self.cfg.model.max_context_tokens
+        limit = tokens * self._max_token_bytes
+        if num_bytes > limit:
+            raise APIError(413, f"document of {num_bytes} bytes is over the {tokens}-token limit (at most "
+                                f"{limit} bytes with this tokenizer)", code="context_too_long", param=param,
+                           limit=limit)
 
     def check_max_tokens(self, value: int, param: str) -> int:
         limit = self.cfg.serve.max_new_tokens

@@ -78,6 +78,7 @@ def test_kuberay_manifest_validates():
     for pod in pods:
         (container,) = pod["spec"]["containers"]
         assert {"secretRef": {"name": secret["metadata"]["name"]}} in container["envFrom"]
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8000}
     gpu = cluster["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert gpu["nvidia.com/gpu"] == 1
     assert {d["kind"] for d in docs} == {"Secret", "StatefulSet", "Service", "RayService"}

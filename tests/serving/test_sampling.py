@@ -32,6 +32,13 @@ def test_top_p_top_k_min_p_restrict_the_draw():
     assert _draws(SamplingParams(min_p=0.5)) == {0, 1}  # 0.26 >= 0.5 * 0.43 > 0.16
 
 
+def test_a_row_shaped_1_by_v_samples_as_its_vector():
+    g = torch.Generator().manual_seed(0)
+    row = LOGITS[None, :]  # what a forward returns for one position
+    assert {pick_token(row, 1.0, SamplingParams(top_p=0.01), (), g) for _ in range(100)} == {0}
+    assert {pick_token(row, 1.0, SamplingParams(top_k=2), (), g) for _ in range(200)} == {0, 1}
+
+
 def test_penalties_follow_openai_formula():
     p = SamplingParams(presence_penalty=0.75, frequency_penalty=0.25)
     out = apply_penalties(LOGITS, p, [0, 0, 2])

@@ -68,6 +68,7 @@ async def create_context(request: Request):
         raise APIError(422, "document is empty", code="empty_input", param=param)
     if "\x00" in text:
         raise APIError(422, "document holds NUL characters; send plain text", code="invalid_text", param=param)
+    await svc.check_document_bytes(len(text.encode("utf-8", "surrogatepass")), param)
     if want_async or len(text) > ASYNC_LOAD_CHARS:
         cid = context_id_for(await svc.model_id(), tenant, text)
         rt = await svc.call(svc.runtime)

@@ -1,6 +1,7 @@
 """``/v1/pipelines/{name}/runs``: run ``document_review``, a ``pipelines/<name>.yaml`` (or
 ``$AGENTCTX_PIPELINES_DIR/<name>.yaml``) or an inline ``spec`` in the background (202 +
-``status_url``), then poll the run."""
+``status_url``), then poll the run; ``GET`` lists the tenant's runs of a pipeline (newest first,
+without results) and ``DELETE .../runs/{id}`` cancels a queued or running run."""
 
 from __future__ import annotations
 
@@ -107,15 +108,51 @@ async def start_run(name: str, request: Request):
     return JSONResponse(out.model_dump(exclude_none=True), status_code=202, headers={"Location": url})
 
 
+def _run_body(job: Job) -> dict:
+    return PipelineRunResponse(id=job.id, pipeline=job.pipeline or "", context_id=job.context_id, status=job.status,
+                               created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
+                               status_url=f"/v1/pipelines/{job.pipeline}/runs/{job.id}", result=job.result,
+                               error=job.error).model_dump()
+
+
+def _not_found(run_id: str) -> APIError:
+    return APIError(404, f"run {run_id[:64]!r} not found", type="not_found", code="run_not_found", param="run_id")
+
+
+@router.get("/v1/pipelines/{name}/runs")
+async def list_runs(name: str, request: Request, limit: int = 100):
+    svc, tenant = service_of(request), tenant_of(request)
+    if not PIPELINE_NAME_RE.match(name):
+        raise APIError(404, f"pipeline {name[:64]!r} not found", type="not_found", code="pipeline_not_found",
+                       param="name")
+    if not 1 <= limit <= 1000:
+        raise APIError(422, "limit must be in [1, 1000]", code="out_of_range", param="limit", limit=1000)
+    jobs: list[Job] = await wait(svc.jobs.list.remote(tenant, "pipeline", name, limit))
+    return {"object": "list", "data": [_run_body(j) for j in jobs]}
+
+
 @router.get("/v1/pipelines/{name}/runs/{run_id}")
 async def get_run(name: str, run_id: str, request: Request):
     svc, tenant = service_of(request), tenant_of(request)
     if not RUN_ID_RE.match(run_id) or not PIPELINE_NAME_RE.match(name):
-        raise APIError(404, "run not found", type="not_found", code="run_not_found", param="run_id")
+        raise _not_found(run_id)
     job: Job | None = await wait(svc.jobs.get.remote(run_id, tenant))
     if job is None or job.pipeline != name:
-        raise APIError(404, f"run {run_id!r} not found", type="not_found", code="run_not_found", param="run_id")
-    out = PipelineRunResponse(id=run_id, pipeline=name, context_id=job.context_id, status=job.status,
-                              created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
-                              status_url=f"/v1/pipelines/{name}/runs/{run_id}", result=job.result, error=job.error)
-    return out.model_dump()
+        raise _not_found(run_id)
+    return _run_body(job)
+
+
+@router.delete("/v1/pipelines/{name}/runs/{run_id}")
+async def cancel_run(name: str, run_id: str, request: Request):
+    """Cancel a queued or running run (its agents stop, its reference is released); a finished run
+    is answered as it is. Poll the run until ``status`` is ``cancelled``."""
+    svc, tenant = service_of(request), tenant_of(request)
+    if not RUN_ID_RE.match(run_id) or not PIPELINE_NAME_RE.match(name):
+        raise _not_found(run_id)
+    job: Job | None = await wait(svc.jobs.get.remote(run_id, tenant))
+    if job is None or job.pipeline != name:
+        raise _not_found(run_id)
+    job = await wait(svc.jobs.cancel.remote(run_id, tenant))
+    if job is None:
+        raise _not_found(run_id)
+    return JSONResponse(_run_body(job), status_code=202 if job.status in ("queued", "running") else 200)

@@ -1,0 +1,232 @@
+"""Issue 21's API surface over the real stack (Ray Serve, tiny random Gemma, its own redis-server):
+an oversized upload refused by its bytes, OpenAI parameters honoured or refused, usage that counts
+the document, chat without a document, model and run routes, readiness, and the operator metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import openai
+import pytest
+
+from agentctx.serving.tokenize import empty_document, render_chat_template
+from tests.factories import byte_tokenizer
+from tests.http._stack import CONTRACT, KEY_A, KEY_B, start_stack, stop_stack, tiny_config
+
+pytestmark = [pytest.mark.ray, pytest.mark.redis]
+
+
+@pytest.fixture(scope="module")
+def redis(redis_server_factory):
+    return redis_server_factory("always")  # this module kills it (readiness)
+
+
+@pytest.fixture(scope="module")
+def stack(ray_local, redis, tiny_ckpt):
+    s = start_stack(tiny_config(tiny_ckpt, redis.url))
+    yield s
+    if redis.proc is None:
+        redis.start()
+    stop_stack(s)
+
+
+@pytest.fixture(scope="module")
+def a(stack):
+    return stack.client(KEY_A)
+
+
+@pytest.fixture(scope="module")
+def cid(a):
+    r = a.post("/v1/contexts", json={"text": CONTRACT})
+    assert r.status_code in (200, 201), r.text
+    return r.json()["id"]
+
+
+@pytest.fixture(scope="module")
+def oai(stack):
+    return openai.OpenAI(base_url=stack.url + "/v1", api_key=KEY_A, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def model(oai):
+    return oai.models.list().data[0].id
+
+
+def _complete(oai, model, cid, **kw):
+    kw.setdefault("max_tokens", 16)
+    return oai.completions.create(model=model, prompt="The notice period is", extra_body={"context_id": cid, **kw.pop(
+        "extra", {})}, **kw)
+
+
+# ------------------------------------------------------------------------------ 3: upload size
+def test_oversized_upload_is_413_by_its_bytes_before_tokenizing(stack, a):
+    # byte tokenizer: the longest token's text is U+FFFD (3 bytes), so 8192 tokens <= 24576 bytes
+    limit = stack.cfg.model.max_context_tokens * 3
+    t0 = time.monotonic()
+    r = a.post("/v1/contexts", json={"text": "z" * (limit + 1), "async": True})  # was 202, failing later
+    assert r.status_code == 413, r.text
+    err = r.json()["error"]
+    assert (err["code"], err["param"], err["limit"]) == ("context_too_long", "text", limit)
+    r = a.post("/v1/contexts", files={"file": ("big.txt", b"z" * (limit + 1))})
+    assert r.status_code == 413 and r.json()["error"]["param"] == "file"
+    assert time.monotonic() - t0 < 5
+    assert a.post("/v1/contexts", json={"text": "z" * 100, "async": True}).status_code in (200, 202)
+
+
+# ------------------------------------------------------------------------------ 4: OpenAI parameters
+def test_sampling_parameters_are_honoured(oai, model, cid):
+    greedy = _complete(oai, model, cid, temperature=0).choices[0].text
+    for seed in (1, 2, 3):
+        # the issue: a tiny top_p at temperature 1 must give the greedy answer (it used to be ignored). The
+        # most likely token has p >= 1/vocab (300 here), so a nucleus of 0.001 holds it alone.
+        assert _complete(oai, model, cid, temperature=1.0, top_p=0.001, seed=seed).choices[0].text == greedy
+        assert _complete(oai, model, cid, temperature=1.0, seed=seed, extra={"top_k": 1}).choices[0].text == greedy
+    sampled = {_complete(oai, model, cid, temperature=1.0, seed=s).choices[0].text for s in (1, 2, 3)}
+    assert sampled != {greedy}  # plain sampling on this model differs, so the checks above can fail
+    long_greedy = _complete(oai, model, cid, temperature=0, max_tokens=32).choices[0].text
+    for kw in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0}):
+        assert _complete(oai, model, cid, temperature=0, max_tokens=32, **kw).choices[0].text != long_greedy, kw
+
+
+def test_unsupported_parameters_are_refused_naming_them(oai, model, cid, a):
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    msgs = [{"role": "user", "content": "hi"}]
+    for kw, param in (({"tools": tool}, "tools"), ({"tools": tool, "tool_choice": "required"}, "tools"),
+                      ({"tool_choice": "required"}, "tool_choice"), ({"logit_bias": {"5": 10}}, "logit_bias"),
+                      ({"top_logprobs": 2, "logprobs": True}, "logprobs")):
+        with pytest.raises(openai.BadRequestError) as err:
+            oai.chat.completions.create(model=model, messages=msgs, max_tokens=4, **kw)
+        assert err.value.body["param"] == param, (kw, err.value.body)
+    r = a.post("/v1/completions", json={"prompt": "x", "max_tokens": 0})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "max_tokens", r.text
+    r = a.post("/v1/chat/completions", json={"messages": msgs, "max_completion_tokens": 0})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "max_completion_tokens", r.text
+    bad_formats = [({"type": "grammar"}, "response_format.type"),
+                   ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema.schema"),
+                   ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+                       "type": "object", "properties": {"items": {"type": "array"}}}}},
+                    "response_format.json_schema.schema.properties.items")]
+    for fmt, param in bad_formats:
+        r = a.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4, "response_format": fmt})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_response_format_json_object_and_json_schema(oai, model, cid):
+    msgs = [{"role": "user", "content": "Who pays invoices, and is there renewal?"}]
+    out = oai.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0,
+                                      response_format={"type": "json_object"}, extra_body={"context_id": cid})
+    obj = json.loads(out.choices[0].message.content)
+    assert isinstance(obj, dict) and isinstance(obj["answer"], str)
+    schema = {"type": "object", "properties": {"payer": {"type": "string"}, "renews": {"type": "boolean"},
+                                               "law": {"enum": ["New York", "Delaware", "other"]}},
+              "required": ["payer", "renews", "law"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "Terms", "schema": schema}}
+    out = oai.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0, response_format=fmt,
+                                      extra_body={"context_id": cid})
+    obj = json.loads(out.choices[0].message.content)
+    assert set(obj) == {"payer", "renews", "law"} and isinstance(obj["payer"], str)
+    assert isinstance(obj["renews"], bool) and obj["law"] in schema["properties"]["law"]["enum"]
+    parts = list(oai.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0, stream=True,
+                                             response_format=fmt, extra_body={"context_id": cid}))
+    assert json.loads("".join(p.choices[0].delta.content or "" for p in parts if p.choices)) == obj
+
+
+# ------------------------------------------------------------------------------ 5: usage
+def test_usage_counts_the_attended_document(oai, model, cid, a):
+    out = _complete(oai, model, cid, temperature=0, extra={"dense": True})
+    ext = out.model_extra["agentctx"]
+    u = out.usage.model_dump()
+    assert u["agentctx"]["document_tokens"] == ext["attended_tokens"] == ext["context_tokens"] > 100
+    assert u["prompt_tokens"] == u["agentctx"]["question_tokens"] + u["agentctx"]["document_tokens"]
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+    assert u["agentctx"]["pages_attended"] == ext["pages_attended"] and u["agentctx"]["utilization"] == 1.0
+    sel = _complete(oai, model, cid, temperature=0, extra={"budget_fraction": 0.3}).usage.model_dump()
+    assert sel["agentctx"]["document_tokens"] < u["agentctx"]["document_tokens"]
+    parts = list(oai.completions.create(model=model, prompt="The notice period is", max_tokens=16, temperature=0,
+                                        stream=True, stream_options={"include_usage": True},
+                                        extra_body={"context_id": cid, "dense": True}))
+    assert all(p.usage is None for p in parts[:-1]) and parts[-1].usage.model_dump() == u
+    q = a.post(f"/v1/contexts/{cid}/query", json={"question": "Notice?", "max_new_tokens": 4, "dense": True}).json()
+    assert q["usage"]["prompt_tokens"] == q["usage"]["agentctx"]["question_tokens"] + q["context_tokens"]
+
+
+# ------------------------------------------------------------------------------ 6: no document
+def test_chat_without_a_context_reads_no_placeholder(oai, model):
+    out = oai.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hello."}],
+                                      max_tokens=6, temperature=0)
+    assert out.model_extra["agentctx"]["context_tokens"] == 1  # the BOS token alone, no "(no document)"
+    assert "(no document)" not in out.choices[0].message.content
+
+
+def test_chat_template_and_empty_document_units():
+    tok = byte_tokenizer()
+    assert empty_document(tok).token_ids == [tok.bos_token_id] and empty_document(tok).text == ""
+    msgs = [{"role": "user", "content": "Hi"}]
+    assert render_chat_template(tok, msgs) is None  # no template: plain turns
+    tok.chat_template = ("{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</>{% endfor %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}")
+    assert render_chat_template(tok, msgs) == "<user>Hi</><assistant>"  # BOS is the context's, not the prompt's
+
+
+# ------------------------------------------------------------------------------ 7: models and runs
+def test_model_by_id_and_pipeline_runs_list_and_cancel(stack, a, cid, model):
+    r = a.get(f"/v1/models/{model}")
+    assert r.status_code == 200 and r.json()["id"] == model and r.json()["object"] == "model"
+    assert a.get("/v1/models/no-such-model").status_code == 404
+    body = {"context_id": cid, "options": {"clause_kinds": ["termination", "payment"]}}
+    runs = [a.post("/v1/pipelines/document_review/runs", json=body).json()["id"] for _ in range(3)]
+    listed = a.get("/v1/pipelines/document_review/runs").json()["data"]
+    assert [x["id"] for x in listed[:3]] == runs[::-1] and all(x["result"] is None for x in listed)
+    assert stack.client(KEY_B).get("/v1/pipelines/document_review/runs").json()["data"] == []
+    assert stack.client(KEY_B).delete(f"/v1/pipelines/document_review/runs/{runs[2]}").status_code == 404
+    r = a.delete(f"/v1/pipelines/document_review/runs/{runs[2]}")  # queued (2 run at a time) or running
+    assert r.status_code in (200, 202), r.text
+    deadline = time.monotonic() + 120
+    while (st := a.get(f"/v1/pipelines/document_review/runs/{runs[2]}").json())["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline, st
+        time.sleep(0.3)
+    assert st["status"] == "cancelled", st
+    for run in runs[:2]:
+        a.delete(f"/v1/pipelines/document_review/runs/{run}")
+    deadline = time.monotonic() + 120
+    while any(a.get(f"/v1/pipelines/document_review/runs/{r}").json()["status"] in ("queued", "running")
+              for r in runs):
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    assert stack.wait_no_holders([cid], timeout_s=30) == {}
+    assert a.get("/v1/pipelines/document_review/runs?limit=0").status_code == 422
+
+
+# ------------------------------------------------------------------------------ 9: metrics
+def test_operator_metrics(stack, a, cid):
+    assert a.post(f"/v1/contexts/{cid}/query", json={"question": "Notice?", "max_new_tokens": 6}).status_code == 200
+    text = a.get("/metrics").text
+    for name in ("agentctx_replica_requests_running{", "agentctx_replica_requests_waiting{",
+                 "agentctx_replica_queue_seconds_total{", "agentctx_replica_requests_started_total{",
+                 "agentctx_time_per_output_token_seconds_count{", "agentctx_prompt_tokens_total{",
+                 "agentctx_kv_store_bytes ", "agentctx_kv_store_budget_bytes ", "agentctx_kv_store_evictions_total ",
+                 'agentctx_pipeline_runs{state="succeeded"}'):
+        assert name in text, name
+    store_bytes = float(next(x for x in text.splitlines() if x.startswith("agentctx_kv_store_bytes ")).split()[1])
+    assert store_bytes > 0
+
+
+# ------------------------------------------------------------------------------ 8: readiness (kills Redis: last)
+def test_readiness_follows_the_store_liveness_does_not(stack, redis):
+    anon = stack.client(None)
+    r = anon.get("/readyz")
+    assert r.status_code == 200 and r.json() == {"status": "ready", "checks": {"store": "ok", "model": "ok"}}
+    redis.kill()
+    try:
+        r = anon.get("/readyz")
+        assert r.status_code == 503 and r.json()["checks"]["store"] == "unavailable", r.text
+        assert r.json()["checks"]["model"] == "ok" and r.headers["retry-after"] == "1"
+        assert anon.get("/healthz").status_code == 200
+    finally:
+        redis.start()
+    deadline = time.monotonic() + 10
+    while anon.get("/readyz").status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
