@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,14 @@ log = logging.getLogger(__name__)
 
 class PipelineError(RuntimeError):
     """A step failed after its retries; the message names the step and the last error."""
+
+
+def _cancel(ref) -> None:
+    """Cancel a task (an actor task cannot be force-cancelled: ask, and kill the actor after)."""
+    try:
+        ray.cancel(ref)
+    except Exception as exc:
+        log.debug("cancel: %s", exc)
 
 
 class PipelineCancelled(RuntimeError):
@@ -80,6 +89,7 @@ class PipelineRunner:
         self.runtime = runtime
         self.progress = progress
         self.fail_fast = fail_fast
+        self._holders: dict = {}  # agent actor -> (context id, holder id of its reference)
 
     # ------------------------------------------------------------------ expansion
     def _tasks(self, step: StepSpec, spec: PipelineSpec, ctx, results: dict[str, StepResult]) -> list[AgentTask]:
@@ -102,7 +112,11 @@ class PipelineRunner:
 
     def _actor(self, step: StepSpec, context_id: str, tenant: str):
         rt = self.runtime
-        return AgentActor.remote(step.agent, context_id, tenant, rt.client, rt.policy, rt.store, rt.retrieval)
+        holder = f"agent-{step.agent.display_name}-{uuid.uuid4().hex[:8]}"
+        actor = AgentActor.remote(step.agent, context_id, tenant, rt.client, rt.policy, rt.store, rt.retrieval,
+                                  holder)
+        self._holders[actor] = (context_id, holder)
+        return actor
 
     # ------------------------------------------------------------------ run
     def run(self, spec: PipelineSpec, context_id: str, tenant: str = "default",
@@ -170,7 +184,7 @@ class PipelineRunner:
                             self._replace_actor(step, actor, actors, context_id, tenant)
                     elif now - t0 > step.timeout_s:
                         del in_flight[ref]
-                        ray.cancel(ref, force=True)
+                        _cancel(ref)
                         out, error = None, f"timed out after {step.timeout_s:.0f} s"
                         self._replace_actor(step, actor, actors, context_id, tenant)
                     else:
@@ -192,10 +206,19 @@ class PipelineRunner:
                     remaining[task.step] -= 1
                     bar.update(1)
                     self._finish_step_if_done(task.step, results, remaining, actors, started)
+        except BaseException:
+            # Cancelled or failed: tasks in flight would hold close() behind them, so the actors are
+            # killed at once and their references released here, not left to lease expiry.
+            for ref in in_flight:
+                _cancel(ref)
+            in_flight.clear()
+            for name in list(actors):
+                self._kill_actors(actors.pop(name))
+            raise
         finally:
             bar.close()
             for ref in in_flight:
-                ray.cancel(ref, force=True)
+                _cancel(ref)
             for name in list(actors):
                 self._close_actors(actors.pop(name))
             ctx.close()
@@ -204,10 +227,7 @@ class PipelineRunner:
     def _replace_actor(self, step, actor, actors, context_id, tenant) -> None:
         pool = actors[step.name]
         i = pool.index(actor)
-        try:
-            ray.kill(actor)
-        except Exception:  # already dead
-            pass
+        self._kill_actors([actor])
         pool[i] = self._actor(step, context_id, tenant)
 
     def _finish_step_if_done(self, name, results, remaining, actors, started) -> None:
@@ -215,8 +235,20 @@ class PipelineRunner:
             results[name].seconds = time.perf_counter() - started.pop(name)
             self._close_actors(actors.pop(name, []))
 
-    @staticmethod
-    def _close_actors(pool: list) -> None:
+    def _kill_actors(self, pool: list) -> None:
+        for a in pool:
+            try:
+                ray.kill(a)
+            except Exception:  # already dead
+                pass
+            context_id, holder = self._holders.pop(a, (None, None))
+            if holder is not None:
+                try:
+                    self.runtime.store.release(context_id, holder)
+                except Exception as exc:  # its lease expires instead
+                    log.warning("releasing %s: %s", holder, exc)
+
+    def _close_actors(self, pool: list) -> None:
         refs = [a.close.remote() for a in pool]
         try:
             ray.get(refs, timeout=30)
@@ -224,3 +256,4 @@ class PipelineRunner:
             log.warning("closing agent actors: %s", exc)
         for a in pool:
             ray.kill(a)
+            self._holders.pop(a, None)

@@ -50,11 +50,12 @@ class AgentActor:
     """``store`` is a KVStore client (it travels by address); ``retrieval`` the retrieval actor's handle."""
 
     def __init__(self, spec: AgentSpec, context_id: str, tenant: str, client, policy: SelectionPolicy, store,
-                 retrieval):
+                 retrieval, holder_id: str | None = None):
         if spec.role not in ROLES:
             raise ValueError(f"unknown agent role {spec.role!r}; known: {sorted(ROLES)}")
         self.spec = spec
-        holder = f"agent-{spec.display_name}-{uuid.uuid4().hex[:8]}"
+        # The runner may name the holder, so that it can release the reference of an actor it kills.
+        holder = holder_id or f"agent-{spec.display_name}-{uuid.uuid4().hex[:8]}"
         handle = store.open(context_id, tenant, holder_id=holder)
         self.ctx = Context(handle, client, retrieval, policy)
         self.agent = ROLES[spec.role](spec)

@@ -292,3 +292,31 @@ def test_replica_killed_under_50_concurrent_streams(stack, a, cid):
     print(f"50 streams, replica killed: {sorted(ends.values()).count('done')} done, "
           f"{sorted(ends.values()).count('error')} error events, "
           f"{sum(v.startswith('http') for v in ends.values())} refused")
+
+
+@pytest.mark.slow
+def test_retry_window_counts_from_the_replica_failure(stack, a, cid):
+    """Issue 21 #2: 3 long queries in flight, the replica killed 20 s in. The retry window (25 s)
+    used to count from each request's start, so all 3 got 503 at ~28 s while the replacement
+    already served; counted from the failure, they finish on the replacement (200)."""
+    assert _q(a, cid, 2).status_code == 200
+    t0 = time.monotonic()
+    alone = _q(a, cid, 3000)
+    assert alone.status_code == 200
+    one_s = time.monotonic() - t0  # how long one generation takes here (3 at once take longer)
+    assert one_s > 8, f"a 3000-token generation took {one_s:.1f} s: too fast to kill one mid-way"
+    kill_at = min(20.0, 0.8 * one_s)
+    with ThreadPoolExecutor(3) as pool:
+        t0 = time.monotonic()
+        futs = [pool.submit(_q, a, cid, 3000) for _ in range(3)]
+        time.sleep(kill_at)
+        assert not any(f.done() for f in futs), "the generations ended before the kill"
+        killed = kill_model_replica()
+        results = [f.result(timeout=240) for f in futs]
+    took = time.monotonic() - t0
+    print(f"\nreplica killed {kill_at:.1f} s into 3 generations of {one_s:.1f} s: statuses "
+          f"{[r.status_code for r in results]} after {took:.1f} s")
+    assert [r.status_code for r in results] == [200, 200, 200], [r.text[:200] for r in results]
+    assert took > 28, "ended before the old window would have closed: the test shows nothing"
+    wait_replica_back(killed)
+    assert stack.wait_no_holders([cid], timeout_s=2 * LEASE_TTL_S + 2) == {}
