@@ -204,8 +204,11 @@ class DocumentIndex:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
         k = max(0, min(int(k), self.num_pages))
         t0 = time.perf_counter()
-        qv = self.embedder.embed_query(query)
         # "dense" stays the plain cosine ablation; the product's hybrid method expands.
+        terms = expansion_terms(query) if method != "dense" and self.expansion_weight else ""
+        if terms:  # the question and its terms in one encoder call (it fills the memo)
+            self.embedder.embed_queries([query, terms])
+        qv = self.embedder.embed_query(query)
         lex_query, qv = (query, qv) if method == "dense" else self.expanded_query(query, qv)
         t1 = time.perf_counter()
         if method == "lexical":
