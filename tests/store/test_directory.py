@@ -191,3 +191,30 @@ def test_bad_ttl_rejected(directory):
         with pytest.raises(InvalidInputError):
             directory.acquire("c1", "acme", "h", ttl)
     assert directory.refcounts(P[:1]) == [0]
+
+
+def test_document_is_kept_per_tenant_and_freed_with_its_context(directory):
+    directory.create_context(make_record("d1", "acme", P[:2]))
+    with pytest.raises(BlobNotFoundError):
+        directory.get_document("d1", "acme")  # none kept yet
+    text = "Clause 1. The fee is €5 — payable\nmonthly.\n" * 50
+    directory.put_document("d1", text, "acme")
+    assert directory.get_document("d1", "acme") == text
+    directory.put_document("d1", "", "acme")  # the no-document context keeps an empty text
+    assert directory.get_document("d1", "acme") == ""
+    directory.put_document("d1", text, "acme")
+    for wrong in (("d1", "globex"), ("nope", "acme")):
+        with pytest.raises(ContextNotFoundError):
+            directory.get_document(*wrong)
+        with pytest.raises(ContextNotFoundError):
+            directory.put_document(wrong[0], "x", wrong[1])
+    # deleted while held: the text stays until the last holder releases, then goes with the record
+    directory.acquire("d1", "acme", "h1", 30.0)
+    directory.delete_context("d1", "acme")
+    directory.release("d1", "h1")
+    directory.create_context(make_record("d1", "acme", P[:2]))  # same id again: no stale text
+    with pytest.raises(BlobNotFoundError):
+        directory.get_document("d1", "acme")
+    directory.delete_context("d1", "acme")
+    if isinstance(directory, RedisDirectory):
+        assert directory.client.exists(directory.prefix + "doc:d1") == 0
