@@ -14,6 +14,7 @@ from agentctx.entrypoints.http.errors import APIError, unwrap
 from agentctx.entrypoints.http.jobs import Job, LoadPayload
 from agentctx.entrypoints.http.service import ApiService, service_of, tenant_of, wait
 from agentctx.entrypoints.schemas import CONTEXT_ID_RE, ContextResponse, CreateContextRequest
+from agentctx.kv_store.doc_blob import DOC_BLOB
 from agentctx.kv_store.errors import ContextNotFoundError
 from agentctx.runtime import context_id_for
 
@@ -40,6 +41,11 @@ def context_body(svc: ApiService, cid: str, rec=None, res=None, status: str = "r
     if error is not None:
         out.error = {"message": error, "type": "load_failed", "code": "load_failed"}
     return out.model_dump(exclude_none=True)
+
+
+def _whole(store, rec) -> bool:
+    """Every page and the document blob of a stored context are readable now."""
+    return all(store.has_pages(rec.page_ids)) and not store.missing_blobs(rec.context_id, [DOC_BLOB])
 
 
 async def _upload(request: Request, limit: int) -> tuple[str, bool, str]:
@@ -74,7 +80,10 @@ async def create_context(request: Request):
         rt = await svc.call(svc.runtime)
         try:
             rec = await svc.call(rt.store.get_record, cid, tenant)
-            return JSONResponse(context_body(svc, cid, rec=rec), status_code=200)
+            # Loaded and whole: nothing to do. Loaded but missing pages or blobs (a restart): the
+            # load job below rebuilds it from this text.
+            if await svc.call(_whole, rt.store, rec):
+                return JSONResponse(context_body(svc, cid, rec=rec), status_code=200)
         except Exception as exc:
             if not isinstance(unwrap(exc), ContextNotFoundError):
                 raise
