@@ -98,8 +98,9 @@ def test_restart_keeps_every_context_then_store_actor_killed_under_traffic(ray_l
             time.sleep(0.2)
 
         t0 = time.monotonic()
-        restored = _answers(a, cids[:2])
-        first_answers_s = time.monotonic() - t0
+        restored = _answers(a, cids[:1])  # rebuilt by its first query: pages, blobs, retrieval index
+        first_answer_s = time.monotonic() - t0
+        restored.update(_answers(a, cids[1:2]))
         assert restored == {c: before[c] for c in cids[:2]}, "greedy output changed across the restart"
 
         # chat without a context_id: the tenant's no-document context is rebuilt too
@@ -125,7 +126,7 @@ def test_restart_keeps_every_context_then_store_actor_killed_under_traffic(ray_l
         report = st["result"]
         assert report["errors"] == [] and report["stats"]["clauses_found"] >= 1, report["stats"]
         print(f"\nrestart: {len(cids)} contexts restored; stack up again {up_s:.1f} s after the stop; "
-              f"first answers of 2 contexts {first_answers_s:.2f} s (one rebuilt by a re-upload)")
+              f"first answer of a context rebuilt by its query {first_answer_s:.2f} s")
 
         _kill_store_actor_under_traffic(stack, a, cids, before, cfg)
     finally:
