@@ -256,7 +256,11 @@ class KVStore:
     def get_blob(self, context_id: str, name: str, tenant: str | None = None,
                  copy: bool = False) -> torch.Tensor | bytes:
         _meta, ref = self._call(self._actor.get_blob_ref, context_id, name, tenant)
-        return decode_payload(ray.get(ref, timeout=self.call_timeout_s), copy=copy)
+        try:
+            payload = ray.get(ref, timeout=self.call_timeout_s)
+        except (ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError) as exc:  # actor died meanwhile
+            raise StoreUnavailableError(f"blob lost with the store actor: {exc}", retryable=True) from exc
+        return decode_payload(payload, copy=copy)
 
     def missing_blobs(self, context_id: str, names: list[str]) -> list[str]:
         """Which of these blobs have no payload now (their metadata may still be listed)."""
