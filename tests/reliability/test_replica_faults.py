@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.redis, pytest.mark.reliability]
 LEASE_TTL_S = 3.0
 # A request retried after its replica died runs on the replacement under its own deadline (counted
 # from its start): this bounds how long any request here can take, a hang included.
-REQUEST_TIMEOUT_S = 60.0
+REQUEST_TIMEOUT_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def stack(ray_local, redis_url, tiny_ckpt):
 
 @pytest.fixture(scope="module")
 def a(stack):
-    return stack.client(KEY_A, timeout=90)
+    return stack.client(KEY_A, timeout=REQUEST_TIMEOUT_S + 30)
 
 
 @pytest.fixture(scope="module")
@@ -117,12 +117,15 @@ def test_replica_killed_mid_request(stack, a, cid):
 
     def long_query():
         t0 = time.monotonic()
-        out["plain"] = _q(a, cid, 1200)
+        with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {KEY_A}"},
+                          timeout=REQUEST_TIMEOUT_S + 30) as c:
+            out["plain"] = _q(c, cid, 1200)
         out["plain_s"] = time.monotonic() - t0
 
     def long_stream():
         t0 = time.monotonic()
-        with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=60) as c:
+        with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {KEY_A}"},
+                          timeout=REQUEST_TIMEOUT_S + 30) as c:
             with c.stream("POST", f"/v1/contexts/{cid}/query",
                           json={"question": "Notice?", "max_new_tokens": 1200, "stop": [], "stream": True}) as s:
                 out["stream_status"] = s.status_code
@@ -173,7 +176,8 @@ def test_client_disconnects_leave_no_references(stack, cid):
     results: dict[int, str] = {}
 
     def one(i: int) -> None:
-        with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=60) as c:
+        with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {KEY_A}"},
+                          timeout=REQUEST_TIMEOUT_S + 30) as c:
             with c.stream("POST", f"/v1/contexts/{cid}/query",
                           json={"question": f"Clause {i}?", "max_new_tokens": 12, "stop": [], "stream": True}) as s:
                 assert s.status_code == 200
@@ -307,14 +311,14 @@ def test_retry_window_counts_from_the_replica_failure(stack, a, cid):
     assert _q(a, cid, 2).status_code == 200
     t0 = time.monotonic()
     assert _q(a, cid, 600).status_code == 200
-    n = max(600, min(4000, int(600 * 20 / (time.monotonic() - t0))))  # ~20 s per generation here
+    n = max(600, min(3000, int(600 * 20 / (time.monotonic() - t0))))  # ~20 s per generation here
     with ThreadPoolExecutor(3) as pool:
         t0 = time.monotonic()
         futs = [pool.submit(_q, a, cid, n) for _ in range(3)]
         time.sleep(8.0)
         assert not any(f.done() for f in futs), "the generations ended before the kill"
         killed = kill_model_replica()
-        results = [f.result(timeout=REQUEST_TIMEOUT_S + 15) for f in futs]
+        results = [f.result(timeout=REQUEST_TIMEOUT_S + 30) for f in futs]
     took = time.monotonic() - t0
     print(f"\nreplica killed 8 s into 3 generations of {n} tokens: statuses "
           f"{[r.status_code for r in results]} after {took:.1f} s")
