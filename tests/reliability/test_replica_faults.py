@@ -270,12 +270,14 @@ def test_refcount_churn_with_actors_killed(stack, a, cid):
 
 @pytest.mark.slow
 def test_replica_killed_under_50_concurrent_streams(stack, a, cid):
-    """50 streams in flight, the replica is killed: each ends (done / error event / 503) within 60 s."""
+    """50 streams in flight, the replica is killed: each ends (done / error event / 503) within the
+    request deadline (a stream that sent no text is retried on the replacement under it)."""
     ends: dict[int, str] = {}
 
     def one(i: int) -> None:
         t0 = time.monotonic()
-        with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=90) as c:
+        with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {KEY_A}"},
+                          timeout=REQUEST_TIMEOUT_S + 30) as c:
             with c.stream("POST", f"/v1/contexts/{cid}/query",
                           json={"question": f"Term {i}?", "max_new_tokens": 120, "stop": [], "stream": True}) as s:
                 if s.status_code != 200:
@@ -283,14 +285,14 @@ def test_replica_killed_under_50_concurrent_streams(stack, a, cid):
                     return
                 events = sse_events(s.iter_lines())
         ends[i] = events[-1][0] if events else "empty"
-        assert time.monotonic() - t0 < 60
+        assert time.monotonic() - t0 < REQUEST_TIMEOUT_S + 5
 
     with ThreadPoolExecutor(50) as pool:
         futs = [pool.submit(one, i) for i in range(50)]
         time.sleep(2.0)
         killed = kill_model_replica()
         for f in futs:
-            f.result(timeout=90)
+            f.result(timeout=REQUEST_TIMEOUT_S + 30)
     assert len(ends) == 50 and set(ends.values()) <= {"done", "error", "http 503"}, ends
     wait_replica_back(killed)
     assert stack.wait_no_holders([cid], timeout_s=2 * LEASE_TTL_S + 2) == {}
