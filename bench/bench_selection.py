@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             facts = [(f.question, f.char_start, f.char_end) for f in doc.facts]
             rows += evaluate(fam, size, doc.text, facts, tok, args, cache)
         if args.synthetic:
-            from bench.contracts import generate_contract
+            from tests.fixtures.contracts import generate_contract
 
             syn = generate_contract(devset.SIZES[size], max(10, devset.SIZES[size] // 1280), seed=0, tokenizer=tok)
             facts = [(n.question, n.char_start, n.char_end) for n in syn.needles]

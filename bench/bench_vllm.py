@@ -69,8 +69,8 @@ def main() -> int:
     from agentctx.serving.engine import LocalEngine
     from agentctx.serving.types import GenerateRequest
     from agentctx.serving.vllm_engine import VLLMEngine
-    from bench.contracts import generate_contract
-    from bench.peers import RetrievalSelector
+    from bench.lib.peers import RetrievalSelector
+    from tests.fixtures.contracts import generate_contract
 
     torch.set_num_threads(os.cpu_count() or 1)
     sizes = [int(x) for x in args.tokens.split(",") if x]

@@ -42,7 +42,7 @@ from agentctx.agents.roles import (  # noqa: E402
 from agentctx.agents.taxonomy import CLAUSE_TAXONOMY  # noqa: E402
 from agentctx.config import AgentctxConfig  # noqa: E402
 from agentctx.runtime import Runtime  # noqa: E402
-from bench.contracts import generate_contract  # noqa: E402
+from tests.fixtures.contracts import generate_contract  # noqa: E402
 
 WIDTHS = (2, 3, 4, 6)
 WEIGHTS = (0.25, 0.5, 1.0, 2.0)

@@ -59,7 +59,7 @@ def main() -> int:
     from agentctx.serving.engine import LocalEngine
     from agentctx.serving.model_loader import load_model
     from agentctx.serving.types import GenerateRequest
-    from bench.contracts import generate_contract
+    from tests.fixtures.contracts import generate_contract
 
     loaded = load_model(args.model)
     engines = {"alone": LocalEngine(loaded, decode_batch=1),

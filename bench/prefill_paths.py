@@ -61,7 +61,7 @@ def main() -> int:
     from agentctx.kernels import tail_merge, tail_tiles
 
     if args.model and not Path(args.model).exists():
-        from bench.bench_session import build_model
+        from bench.lib.models import build_model
 
         loaded, info = build_model(args.model, dev, seed=0)
     else:

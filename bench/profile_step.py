@@ -34,7 +34,7 @@ def main() -> int:
 
     from agentctx.kernels import tail_merge, tail_tiles
     from agentctx.serving.model_runner import ModelRunner
-    from bench.bench_session import build_model
+    from bench.lib.models import build_model
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loaded, info = build_model(args.model, dev, seed=0)

@@ -31,17 +31,15 @@ import math
 import random
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
 from agentctx.serving.decode import TokenLoop
 
+from .workloads import QueryRun
+
 __all__ = [
-    "Query",
-    "Workload",
-    "QueryRun",
     "NaivePeer",
     "SharedPeer",
     "AttentionTimer",
@@ -70,74 +68,6 @@ def is_oom(exc: BaseException) -> bool:
     if oom_type is not None and isinstance(exc, oom_type):
         return True
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
-
-
-# ---------------------------------------------------------------------------- workload
-@dataclass
-class Query:
-    agent: int
-    turn: int
-    ids: list[int]
-    needle_pages: list[int]
-    text: str | None = None  # question text (real-weight runs)
-    needle_value: str | None = None  # expected answer substring (real-weight runs)
-
-
-@dataclass
-class Workload:
-    """One document and the session's questions, in submission order."""
-
-    doc_ids: torch.Tensor  # (N,) int64 on CPU
-    queries: list[Query]
-    page_size: int
-    kind: str  # "random-ids" | "contract"
-    doc_text: str | None = None
-    offsets: list[tuple[int, int]] | None = None
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.doc_ids.numel())
-
-    @property
-    def num_pages(self) -> int:
-        return -(-self.num_tokens // self.page_size)
-
-    @property
-    def last_page_len(self) -> int:
-        return self.num_tokens - (self.num_pages - 1) * self.page_size
-
-
-@dataclass
-class QueryRun:
-    """What one query produced and what it cost."""
-
-    agent: int
-    turn: int
-    tokens: list[int]
-    ttft_s: float
-    decode_s: float
-    decode_steps: int  # forwards after the first token
-    select_s: float = 0.0
-    attended_tokens: int = 0
-    pages_selected: int = 0
-    needle_pages_covered: bool | None = None
-    answer: str | None = None
-    needle_hit: bool | None = None
-    attn_ttft_s: float | None = None  # in-model time inside attend_selected (prompt forward)
-    attn_decode_s_per_token: float | None = None
-
-    @property
-    def total_s(self) -> float:
-        return self.ttft_s + self.decode_s
-
-    @property
-    def decode_tok_s(self) -> float | None:
-        return self.decode_steps / self.decode_s if self.decode_steps and self.decode_s > 0 else None
-
-    def to_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["decode_tok_s"] = self.decode_tok_s
-        return d
 
 
 # ---------------------------------------------------------------------------- selection

@@ -1,6 +1,6 @@
 """PNG plots of a session-benchmark result (bench_session.json). Skipped when matplotlib is absent.
 
-    python -m bench.plot bench/results/bench_session.json   # re-plot a saved result
+    python -m bench.lib.plot bench/results/bench_session.json   # re-plot a saved result
 """
 
 from __future__ import annotations
