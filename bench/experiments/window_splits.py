@@ -1,6 +1,6 @@
 """The sliding-window band kernel alone, split-K counts side by side (CUDA).
 
-    python bench/window_splits.py            # Gemma 3 heads (Hq 4, Hkv 1, D 256), W 512, bf16
+    python bench/experiments/window_splits.py            # Gemma 3 heads (Hq 4, Hkv 1, D 256), W 512, bf16
 
 For a decode step (1 query token) and a prompt (24 tokens) over a [document window | tail]
 buffer, times ``kernels.triton_tail.triton_window`` with 1, 2, 4, 8 and 16 programs per row
@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 

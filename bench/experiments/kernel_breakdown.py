@@ -1,6 +1,6 @@
 """Where the fixed ~14 us of a small ``attend_selected`` call goes (H200 notes, KERNEL_NOTES.md).
 
-    python bench/kernel_breakdown.py
+    python bench/experiments/kernel_breakdown.py
 
 Times, as CUDA-graph replays with the L2 flushed before each rep (bench_kernels.time_ms):
 the whole call; the page kernel alone (merge launch skipped: output not valid); the merge
@@ -14,7 +14,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import triton  # noqa: E402

@@ -1,6 +1,6 @@
 """How the clause extractor should pick its quote: the LLM's choice, the embedding ranking, or both.
 
-For synthetic contracts with planted clause articles (bench/contracts.py, one per seed), this
+For synthetic contracts with planted clause articles (tests/fixtures/contracts.py, one per seed), this
 records for every clause kind the candidate sentences (those of the best-ranked retrieved pages;
 with ``--sink`` also of the sink pages, as agentctx/agents/roles.py now does), their MiniLM
 similarity to the kind's query, the LLM's per-token log-likelihood of each of the top ``--wide``
@@ -13,7 +13,7 @@ that kind. Pick rules are then scored on those records, with no further model ca
   the shortlist).
 * ``oracle@m``: a correct sentence is among the m most similar (the ceiling of any rule).
 
-    python bench/clause_pick.py --seeds 1-10 --tokens 8000            # CPU, embedded Gemma 3 270M
+    python bench/experiments/clause_pick.py --seeds 1-10 --tokens 8000            # CPU, embedded Gemma 3 270M
 
 Seeds are split in two halves: rules are ranked on the first (selection), and the chosen rule is
 reported on the second (held out), so the choice is not fitted to the numbers it is judged by.
@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agentctx.agents import CLAUSE_KINDS  # noqa: E402
 from agentctx.agents.review_steps import clause_question  # noqa: E402

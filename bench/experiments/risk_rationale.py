@@ -2,7 +2,7 @@
 
 The risk assessor fills {"severity", "rationale", "recommendation"} after its prompt. With the
 270M base model many rationales are not about the clause. This script fills the fields for the
-15 labelled clauses of bench/risk_calibration.py under two prompts, over the bundled sample
+15 labelled clauses of bench/experiments/risk_calibration.py under two prompts, over the bundled sample
 contract's KV (pages 0-2, as that script does). "plain" is the assessor's own prompt
 (agentctx.agents.review_steps.risk_prompt); "example" puts one worked example (a warranty clause, not
 in the labelled set) before it. Each free text is counted as:
@@ -16,7 +16,7 @@ in the labelled set) before it. Each free text is counted as:
 
 and the severity accuracy against the labels (an example in the prompt could bias the choice).
 
-    python bench/risk_rationale.py [--model PATH] [--out FILE]
+    python bench/experiments/risk_rationale.py [--model PATH] [--out FILE]
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import sys
 from difflib import SequenceMatcher
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.risk_calibration import LABELLED, SAMPLE_PAGES, sample_engine  # noqa: E402
+from bench.experiments.risk_calibration import LABELLED, SAMPLE_PAGES, sample_engine  # noqa: E402
 
 EXAMPLE = (
     'Clause (warranty): "The Supplier gives no warranty that the Software will be free of defects."\n'

@@ -1,7 +1,7 @@
 """Decode step cost with full logits vs only a few tokens' logits (copy-constrained steps),
 side by side in one process on the real Gemma 3 270M (CPU by default).
 
-    python bench/copy_decode.py [--tokens 2048] [--steps 20] [--allowed 8]
+    python bench/experiments/copy_decode.py [--tokens 2048] [--steps 20] [--allowed 8]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Where one decode forward's time goes, eager vs static slots vs CUDA-graph replay.
 
-    python bench/profile_step.py                       # CUDA: Gemma-3-270M random weights, 32K KV
-    python bench/profile_step.py --tokens 2048         # CPU smoke run (eager vs static)
+    python bench/experiments/profile_step.py                       # CUDA: Gemma-3-270M random weights, 32K KV
+    python bench/experiments/profile_step.py --tokens 2048         # CPU smoke run (eager vs static)
 
 Prefills random token ids once, then times N single-token extends over 12% of the
 pages in each query mode, side by side in one process (serving.static_query), on
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Concurrent generations over one context: decode steps batched vs one generation at a time,
 side by side in one process on the same loaded model (real Gemma 3 270M, CPU by default).
 
-    python bench/decode_batching.py [--tokens 4096] [--agents 4] [--new-tokens 32] [--budget 0.12]
+    python bench/experiments/decode_batching.py [--tokens 4096] [--agents 4] [--new-tokens 32] [--budget 0.12]
 
 Each agent asks its own question over its own ~budget share of the pages, greedy, no stop.
 "alone" is decode_batch=1 (before: a generation holds the forward lock from prompt to last
@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 QUESTIONS = ("Who must give notice of termination?", "What is the liability cap?",
              "Which law governs this agreement?", "When are invoices due?", "What happens on a change of control?",

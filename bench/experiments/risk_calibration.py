@@ -7,7 +7,7 @@ each option's log-probability after the same prompt with the clause replaced by 
 content-free placeholder. This script scores 15 clauses labelled low / medium / high from the
 Customer's side, both ways, over the bundled sample contract's KV.
 
-    python bench/risk_calibration.py [--model PATH] [--out FILE]
+    python bench/experiments/risk_calibration.py [--model PATH] [--out FILE]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 LABELLED = [
     ("low", "notices", "Notices shall be given in writing to the addresses set out above."),
@@ -63,7 +63,7 @@ def sample_engine(model: str | None):
     from agentctx.serving.engine import LocalEngine
 
     engine = LocalEngine(model)
-    text = (Path(__file__).resolve().parents[1] / "agentctx/samples/sample_contract.txt").read_text()
+    text = (Path(__file__).resolve().parents[2] / "agentctx/samples/sample_contract.txt").read_text()
     engine.prefill("sample", engine.tokenize_document(text), progress=False)
     return engine
 

@@ -1,8 +1,8 @@
 """Shared-prefill throughput by sliding-layer path, and transformers' own forward, side by side
 in one process.
 
-    python bench/prefill_paths.py                                  # CPU: real Gemma 3 270M, 8K tokens
-    python bench/prefill_paths.py --model gemma3-270m-random --tokens 32k,128k,1m   # CUDA (H200)
+    python bench/experiments/prefill_paths.py                                  # CPU: real Gemma 3 270M, 8K tokens
+    python bench/experiments/prefill_paths.py --model gemma3-270m-random --tokens 32k,128k,1m   # CUDA (H200)
 
 Paths of a prefill chunk's sliding-window layers (ModelRunner.sliding_prefill):
 "kernel" = the Triton band kernel (CUDA only; "kernel-m64" with 64-row tiles instead of 16),
@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 

@@ -1,7 +1,7 @@
 """The output head on CPU: lm_head(hidden) vs weight @ hidden.T (ModelRunner._cpu_head), side by
 side in one process on the real Gemma 3 270M, alone and inside decode steps (1 and 4 rows).
 
-    python bench/cpu_head.py [--tokens 4096] [--reps 10]
+    python bench/experiments/cpu_head.py [--tokens 4096] [--reps 10]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
