@@ -1,4 +1,4 @@
-"""Where the fixed ~14 us of a small ``attend_selected`` call goes (H200 notes, KERNEL_NOTES.md).
+"""Where the fixed ~14 us of a small ``attend_selected`` call goes (docs/KERNELS.md).
 
     python bench/experiments/kernel_breakdown.py
 
