@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.model, pytest.mark.ray, pytest.mark.slow]
 
 
 def test_sample_review_gets_every_kind_in_its_section(tmp_path, ray_local):
-    from agentctx.cli import SAMPLE_CONTRACT
+    from agentctx.entrypoints.cli import SAMPLE_CONTRACT
 
     text = SAMPLE_CONTRACT.read_text()
     cfg = AgentctxConfig()
