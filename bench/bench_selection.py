@@ -4,7 +4,7 @@ The dev set (``bench/devsets/selection``) plants facts in real texts shipped in
 Debian and PyPI packages and asks questions that paraphrase them. For each
 question the runtime's policy builds an :class:`AttendPlan` under a token
 budget; **strict recall** counts a question when every page its fact touches
-is in the plan. The synthetic contract generator (``bench/contracts.py``) is
+is in the plan. The synthetic contract generator (``tests/fixtures/contracts.py``) is
 run as a secondary row with ``--synthetic``.
 
     python -m bench.bench_selection --sizes 32k,128k --out sel.json
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recent-tokens", type=int, default=256, help="policy: trailing tokens always attended "
                     "(the runtime default)")
     ap.add_argument("--page-size", type=int, default=256)
-    ap.add_argument("--synthetic", action="store_true", help="also the bench/contracts.py generator (secondary)")
+    ap.add_argument("--synthetic", action="store_true", help="also the tests/fixtures/contracts.py generator (secondary)")
     ap.add_argument("--cache-dir", default="", help="embedding cache root (default: a fresh temp dir: cold build)")
     ap.add_argument("--out", default="", help="write JSON results here")
     args = ap.parse_args(argv)
