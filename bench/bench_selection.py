@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recent-tokens", type=int, default=256, help="policy: trailing tokens always attended "
                     "(the runtime default)")
     ap.add_argument("--page-size", type=int, default=256)
-    ap.add_argument("--synthetic", action="store_true", help="also the tests/fixtures/contracts.py generator (secondary)")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="also the tests/fixtures/contracts.py generator (secondary)")
     ap.add_argument("--cache-dir", default="", help="embedding cache root (default: a fresh temp dir: cold build)")
     ap.add_argument("--out", default="", help="write JSON results here")
     args = ap.parse_args(argv)
