@@ -77,9 +77,11 @@ def device() -> str:
 
 
 def embed_backend() -> str:
-    """AGENTCTX_EMBED_BACKEND (default ``auto``): the MiniLM encoder, ``auto`` | ``onnx`` | ``torch``.
+    """AGENTCTX_EMBED_BACKEND (default ``auto``): the MiniLM encoder, ``auto`` | ``onnx-int8`` |
+    ``onnx`` | ``torch``.
 
-    ``auto`` runs ONNX Runtime on CPU when it is installed and agrees with torch, else torch.
+    ``auto`` on CPU runs ONNX Runtime with int8 weights when it is installed and agrees with torch
+    on a probe, else float32 ONNX, else torch; on a GPU, torch.
     """
     return env_str("EMBED_BACKEND", "auto") or "auto"
 

@@ -47,8 +47,9 @@ class Embedder:
         batch_size: texts per forward pass.
         device: torch device for the model; ``None`` reads ``AGENTCTX_EMBED_DEVICE``
             (default: CUDA when torch sees a GPU, else CPU).
-        backend: ``"auto"`` (ONNX Runtime on CPU when installed, else torch),
-            ``"onnx"`` or ``"torch"``; ``None`` reads ``AGENTCTX_EMBED_BACKEND``.
+        backend: ``"auto"`` (ONNX Runtime with int8 weights on CPU when installed, else
+            float32 ONNX, else torch), ``"onnx-int8"``, ``"onnx"`` or ``"torch"``; ``None``
+            reads ``AGENTCTX_EMBED_BACKEND``.
         progress_min_texts: show a tqdm bar only when at least this many texts
             must be computed.
         query_memo_size: how many query vectors to keep in memory.
@@ -101,8 +102,10 @@ class Embedder:
 
     # ------------------------------------------------------------------ keys
     def key(self, text: str) -> str:
-        """Cache key: sha256 of model name and text."""
-        return hashlib.sha256(f"{self.model_name}\n{text}".encode("utf-8", "surrogatepass")).hexdigest()
+        """Cache key: sha256 of model name, the encoder's cache tag (int8 vectors differ) and text."""
+        tag = self.encoder.cache_tag
+        name = f"{self.model_name}#{tag}" if tag else self.model_name
+        return hashlib.sha256(f"{name}\n{text}".encode("utf-8", "surrogatepass")).hexdigest()
 
     def _path(self, key: str) -> Path:
         assert self._cache_root is not None

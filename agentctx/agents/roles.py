@@ -33,7 +33,7 @@ def clause_candidate_pages(plan: AttendPlan) -> list[int]:
     """Pages whose sentences a clause quote is picked from: the best-ranked retrieved pages plus
     the always-attended sink pages. A contract's first page (its parties, often its preamble) is
     a sink page that page-level retrieval rarely ranks: on 12 synthetic contracts the parties
-    clause had no correct candidate in 9 without it and 0 with it (bench/clause_pick.py)."""
+    clause had no correct candidate in 9 without it and 0 with it (bench/experiments/clause_pick.py)."""
     return sorted(set(_quote_source(plan)) | set(plan.pages_with("sink")))
 
 
@@ -56,7 +56,7 @@ _CLAUSE_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d+)*\.?|\([a-z0-9]+\))\s+")
 def candidate_sentences(ctx: Context, pages: list[int], min_chars: int = 24) -> list[tuple[int, int]]:
     """Char spans of the sentences (or lines) of the given pages, clause numbers stripped.
 
-    The previous extractor's candidates (line-based); kept for bench/clause_pick.py, which
+    The previous extractor's candidates (line-based); kept for bench/experiments/clause_pick.py, which
     measures page-level candidate sources on synthetic contracts."""
     spans = []
     for p in sorted(set(pages)):
