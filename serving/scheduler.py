@@ -255,13 +255,17 @@ class Scheduler:
                 continue
             with self._cv:
                 deadline = time.monotonic() + self.gather_s
-                while (left := deadline - time.monotonic()) > 0 and any(
-                        s.work is None for s in self._running):
+                while (left := deadline - time.monotonic()) > 0 and any(self._busy(s) for s in self._running):
                     self._cv.wait(left)
                 self._drop_cancelled()
                 plan = self._compose()
             if plan:
                 self._step(plan)
+
+    @staticmethod
+    def _busy(seq: Sequence) -> bool:
+        """Running, but its thread is picking its next token (or has not handed in work yet)."""
+        return seq.work is None or seq.work.finished
 
     def _ready(self) -> bool:
         return any(s.work is not None and not s.work.finished for s in self._running)
