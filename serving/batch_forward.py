@@ -9,8 +9,12 @@ attention hook (``ModelRunner``'s ``PackedStep``) attends each row's span over t
 pages and tail. Positions are each row's own (RoPE is per token), so a row computes what it
 would alone, up to floating-point rounding of the larger matrix products.
 
-In static and CUDA-graph query mode (serving/static_query.py) each row runs through
-``ModelRunner.extend``, its own forward (a graph replay), in the same step.
+In static and CUDA-graph query mode (the GPU path) decode rows run in static batched rows
+(serving/batch_slots.py): one forward (a graph replay) for all decode rows over one document
+and table width. Prompt chunks and option-scoring rows run one by one through the document's
+``QuerySlots`` (serving/static_query.py, their own graphs), with the tail copied in and back
+out, so between steps a tail not decoding lives in ordinary tensors and no other query can
+clobber it. A tail that outgrows its slots runs eagerly.
 
 Atomicity: every row writes a shadow of its tail; tails change only when the whole packed
 forward succeeded, so a failed step can be re-run row by row (the scheduler does) and a
@@ -23,10 +27,12 @@ from dataclasses import dataclass
 
 import torch
 
+from agentctx.serving.batch_slots import BatchSlots
 from agentctx.serving.model_runner import ExtendStep, ModelRunner, PackedStep
 from agentctx.serving.paged_kv import DocKV, QueryTail
+from agentctx.serving.static_query import BUCKETS, table_width
 
-__all__ = ["Row", "run_rows", "LOGITS"]
+__all__ = ["Row", "run_rows", "release", "LOGITS"]
 
 # What a row wants back: the last token's logits, every new token's (option scoring), or none
 # (a prompt chunk that is not the prompt's last).
@@ -62,22 +68,84 @@ def run_rows(runner: ModelRunner, rows: list[Row]) -> list[torch.Tensor | None]:
     (len(logit_ids),) or None. Raises (tails unchanged for eager rows) if the forward fails."""
     if len({id(r.tail) for r in rows}) != len(rows):
         raise ValueError("run_rows got the same query tail twice")
+    if runner.query_mode != "eager":
+        return _run_static(runner, rows)
+    if any(r.tail.static is not None or r.tail.batch is not None for r in rows):
+        raise ValueError("eager query mode got a tail bound to static slots")
+    return _packed(runner, rows)
+
+
+def release(tail: QueryTail) -> None:
+    """Give back the batched decode row a finished request's tail holds, if any."""
+    if tail.batch is not None:
+        tail.batch.slots.release(tail)
+
+
+def _pick(r: Row, logits: torch.Tensor | None) -> torch.Tensor | None:
+    if r.want == "none":
+        return None
+    if r.logit_ids is not None:
+        return logits[torch.as_tensor(r.logit_ids, device=logits.device)]
+    return logits
+
+
+@torch.inference_mode()
+def _run_static(runner: ModelRunner, rows: list[Row]) -> list[torch.Tensor | None]:
     out: list[torch.Tensor | None] = [None] * len(rows)
-    static = runner.query_mode != "eager"
-    eager = [i for i, r in enumerate(rows) if not static and r.tail.static is None]
+    decode: dict[int, tuple[BatchSlots, list[int]]] = {}
     for i, r in enumerate(rows):
-        if static or r.tail.static is not None:
-            out[i] = _static_row(runner, r)
-    if eager:
-        for i, res in zip(eager, _packed(runner, [rows[i] for i in eager])):
-            out[i] = res
+        bs = _decode_slots(runner, r) if len(r.token_ids) == 1 and r.want == "last" else None
+        if bs is not None:
+            decode.setdefault(id(bs), (bs, []))[1].append(i)
+        else:
+            out[i] = _through_query_slots(runner, r)
+    for bs, idx in decode.values():
+        logits = bs.decode([rows[i].tail for i in idx], [rows[i].token_ids[0] for i in idx])
+        for j, i in enumerate(idx):
+            out[i] = _pick(rows[i], logits[j])
     return out
 
 
-def _static_row(runner: ModelRunner, r: Row) -> torch.Tensor | None:
-    logits = runner.extend(r.doc, r.tail, r.token_ids, r.pages, all_logits=r.want == "all",
-                           logit_ids=r.logit_ids)
-    return None if r.want == "none" else logits
+def _decode_slots(runner: ModelRunner, r: Row) -> BatchSlots | None:
+    """The batched rows this decode row runs in (binding its tail on first use), or None."""
+    tail = r.tail
+    sel = runner.selected_pages(r.doc, r.pages)
+    if tail.batch is not None:
+        bs = tail.batch.slots
+        if tail.length < bs.capacity - 1 and len(sel) <= bs.width:
+            bs._load_pages(tail.batch.row, sel)
+            return bs
+        bs.materialize(tail)  # outgrew its row: ordinary tensors from now on
+    if tail.length + 1 >= runner.batch_tail_tokens:
+        return None
+    bs = runner.batch_slots_for(r.doc, table_width(len(sel)))
+    return bs if bs.acquire(tail, sel) else None
+
+
+def _through_query_slots(runner: ModelRunner, r: Row) -> torch.Tensor | None:
+    """One row in the document's QuerySlots (its graphs); the tail stays in ordinary tensors."""
+    tail = r.tail
+    if tail.batch is not None:
+        tail.batch.slots.materialize(tail)
+    sel = runner.selected_pages(r.doc, r.pages)
+    qs = runner.query_slots_for(r.doc, table_width(len(sel)))
+    n = tail.length
+    if n + len(r.token_ids) + BUCKETS[-1] > qs.capacity:
+        return _packed(runner, [r])[0]
+    proxy = QueryTail(tail.start)
+    qs.bind(proxy)
+    for l in qs.layout.global_layers:
+        if n:
+            qs.tail_k[l][:n], qs.tail_v[l][:n] = tail.k[l], tail.v[l]
+    for l in qs.layout.sliding_layers:
+        if n:
+            qs.win_k[l][qs.wt : qs.wt + n], qs.win_v[l][qs.wt : qs.wt + n] = tail.k[l], tail.v[l]
+    proxy.length = n
+    qs.load_pages(sel)
+    logits = qs.run(proxy, r.token_ids, all_logits=r.want == "all")
+    qs.materialize(proxy)  # copies the tail out: the next query over this document may take the slots
+    tail.k, tail.v, tail.length = proxy.k, proxy.v, proxy.length
+    return _pick(r, logits)
 
 
 @torch.inference_mode()

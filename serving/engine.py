@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from agentctx.kernels.tail_merge import first_call_results
-from agentctx.serving.batch_forward import Row, run_rows
+from agentctx.serving.batch_forward import Row, release, run_rows
 from agentctx.serving.copy_constraint import CopyConstraint
 from agentctx.serving.decode import TokenLoop
 from agentctx.serving.model_loader import LoadedModel, load_model
@@ -226,6 +226,8 @@ class LocalEngine(Engine):
         self.scheduler = Scheduler(lambda rows: run_rows(self.runner, rows), max_rows=decode_batch,
                                    step_tokens=step_tokens, step_tokens_decoding=step_tokens_decoding,
                                    max_step_kv_bytes=max_step_kv_bytes, gather_s=decode_gather_s)
+        # Static decode rows (GPU path) per document and table width: one per running request.
+        self.runner.batch_rows = min(decode_batch, 64)
         self._end_ids: set[int] | None = None
         self._tok_strings: list[str] = []
         self.stats = {"prefills": 0, "prefill_tokens": 0, "cache_hits": 0, "cache_misses": 0, "loads": 0}
@@ -340,14 +342,12 @@ class LocalEngine(Engine):
         finally:
             cancel.set()
 
-    def _open(self, kv: DocKV, context_id: str, tokens: int, pages, cancel=None):
+    def _open(self, kv: DocKV, tokens: int, pages, cancel=None):
         """A scheduler sequence for one request reading ``pages`` of kv plus ``tokens`` of its own."""
         slot = kv.slot_lens().tolist()
         attended = kv.num_tokens if pages is None else int(sum(slot[p] for p in pages))
         kv_bytes = self.runner.layout.kv_bytes_per_token(self.runner.dtype) * (attended + tokens)
-        # Static query slots (CUDA-graph mode) hold one query per document at a time.
-        exclusive = context_id if self.runner.query_mode != "eager" else None
-        return self.scheduler.open(kv_bytes=kv_bytes, exclusive=exclusive, cancel=cancel)
+        return self.scheduler.open(kv_bytes=kv_bytes, cancel=cancel)
 
     def _copy_constraint(self, kv: DocKV, pages: list[int] | None) -> CopyConstraint:
         if kv.token_ids is None:
@@ -389,7 +389,7 @@ class LocalEngine(Engine):
             if not ids:
                 raise ValueError(f"option {option!r} has no tokens")
         scores = []
-        with self._open(kv, req.context_id, len(prompt_ids) + max(map(len, options)), pages) as seq:
+        with self._open(kv, len(prompt_ids) + max(map(len, options)), pages) as seq:
             base = runner.new_tail(kv)
             first = torch.log_softmax(seq.run(Row(kv, base, prompt_ids, pages)), -1)
             for ids in options:
@@ -413,14 +413,17 @@ class LocalEngine(Engine):
         # Under a copy constraint only the allowed tokens' logits are computed (runner.logits_for):
         # argmax / sampling over them equals it over the full masked vector.
         want = copy.allowed_ids() if copy is not None else None
-        with self._open(kv, req.context_id, len(prompt_ids) + req.max_new_tokens, pages, cancel) as seq:
+        with self._open(kv, len(prompt_ids) + req.max_new_tokens, pages, cancel) as seq:
 
             def step(token: int, ids: list[int] | None) -> torch.Tensor:
                 return seq.run(Row(kv, tail, [token], pages, logit_ids=ids or None))
 
-            logits = seq.run(Row(kv, tail, prompt_ids, pages, logit_ids=want or None))
-            text, out, finish, ttft, emitted = self._decode(req, logits, step, copy, want, stop_ids, gen,
-                                                            on_text, t0)
+            try:
+                logits = seq.run(Row(kv, tail, prompt_ids, pages, logit_ids=want or None))
+                text, out, finish, ttft, emitted = self._decode(req, logits, step, copy, want, stop_ids, gen,
+                                                                on_text, t0)
+            finally:
+                release(tail)  # its batched decode row (GPU path), if it holds one
         if on_text is not None and len(text) > emitted:
             on_text(text[emitted:])
         total = time.perf_counter() - t0

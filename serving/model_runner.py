@@ -33,6 +33,7 @@ from transformers.masking_utils import AttentionMaskInterface
 from agentctx.kernels import attend_selected, merge_attention
 from agentctx.kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
 from agentctx.kernels.tail_merge import attend_window
+from agentctx.serving.batch_slots import BatchSlots, BatchStaticStep, batch_static_attention
 from agentctx.serving.fused_norms import FusedNorms, install_norms, norms_active
 from agentctx.serving.fused_proj import FusedProj, install_proj, proj_active
 from agentctx.serving.fused_rope import FusedRope, install_rope, rope_active
@@ -132,6 +133,8 @@ def _paged_attention(module, query, key, value, attention_mask, scaling=None, dr
     q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (T, H, D)
     if isinstance(step, StaticStep):
         out = static_attention(step, layer, q, k, v, scale, softcap)
+    elif isinstance(step, BatchStaticStep):
+        out = batch_static_attention(step, layer, q, k, v, scale, softcap)
     elif layer in step.doc.layout.sliding_layers:
         out = _sliding(step, layer, q, k, v, scale, softcap, step.doc.layout.window)
     elif isinstance(step, PrefillStep):
@@ -312,6 +315,10 @@ class ModelRunner:
         self.fused_proj = bool(self.proj and self.proj.fused)
         # On CPU the output head runs as weight @ hidden.T (see _cpu_head); False = lm_head(hidden).
         self.cpu_head_left = True
+        # Static decode rows per document and table width, and each row's tail capacity
+        # (serving/batch_slots.py; the engine sets the rows to its scheduler's max_rows).
+        self.batch_rows = 16
+        self.batch_tail_tokens = 1024
 
     def _install_fusion(self, setting: str, mode: str, install, what: str, triton: bool = True):
         """Install one fusion (fused_norms / fused_rope / fused_proj) per its auto | on | off setting.
@@ -479,14 +486,7 @@ class ModelRunner:
         """
         sel = self.selected_pages(doc, pages)
         if tail.static is None:
-            width = table_width(len(sel))
-            qs = doc.query_slots.pop(width, None)  # re-inserted below: dict order is LRU order
-            if qs is None:
-                if len(doc.query_slots) >= _MAX_SLOT_SETS:
-                    doc.query_slots.pop(next(iter(doc.query_slots)))
-                qs = QuerySlots(self, doc, width, self.static_tail_tokens)
-            doc.query_slots[width] = qs
-            qs.bind(tail)
+            self.query_slots_for(doc, table_width(len(sel))).bind(tail)
         qs = tail.static.slots
         if tail.length + len(ids) + BUCKETS[-1] > qs.capacity or len(sel) > qs.width:
             qs.materialize(tail)
@@ -494,6 +494,23 @@ class ModelRunner:
         qs.check(tail)
         qs.load_pages(sel)
         return qs.run(tail, ids, all_logits)
+
+    def query_slots_for(self, doc: DocKV, width: int) -> QuerySlots:
+        """The document's static query slots for a table width (made on first use; LRU-bounded)."""
+        qs = doc.query_slots.pop(width, None)  # re-inserted below: dict order is LRU order
+        if qs is None:
+            if len(doc.query_slots) >= _MAX_SLOT_SETS:
+                doc.query_slots.pop(next(iter(doc.query_slots)))
+            qs = QuerySlots(self, doc, width, self.static_tail_tokens)
+        doc.query_slots[width] = qs
+        return qs
+
+    def batch_slots_for(self, doc: DocKV, width: int) -> BatchSlots:
+        """The document's static decode rows for a table width (serving/batch_slots.py)."""
+        bs = doc.batch_slots.get(width)
+        if bs is None:
+            bs = doc.batch_slots[width] = BatchSlots(self, doc, width, self.batch_rows, self.batch_tail_tokens)
+        return bs
 
     def new_tail(self, doc: DocKV) -> QueryTail:
         return QueryTail(start=doc.num_tokens)

@@ -21,9 +21,7 @@ request's thread (serving/decode.py ``TokenLoop``); only forwards happen here.
 
 Admission: at most ``max_rows`` requests run at a time (each adds at most one row per step)
 and their estimated KV reads per step stay under ``max_step_kv_bytes``; the others wait, in
-arrival order, and are reported as ``waiting``. A request given an ``exclusive`` key runs
-only while no other running request has the same key (static query slots hold one query per
-document). Cancellation: a request's ``cancel`` event drops its pending work with
+arrival order, and are reported as ``waiting``. Cancellation: a request's ``cancel`` event drops its pending work with
 :class:`GenerationCancelled`.
 """
 
@@ -88,7 +86,6 @@ class Sequence:
 
     scheduler: Scheduler
     kv_bytes: int = 0  # estimated KV bytes one of its rows reads per step
-    exclusive: str | None = None
     cancel: threading.Event | None = None
     id: int = field(default_factory=lambda: next(_seq_ids))
     admitted: bool = False
@@ -143,10 +140,9 @@ class Scheduler:
         self.on_step: Callable[[list[tuple[int, int]]], None] | None = None
 
     # ------------------------------------------------------------------ requests' side
-    def open(self, kv_bytes: int = 0, exclusive: str | None = None,
-             cancel: threading.Event | None = None) -> Sequence:
+    def open(self, kv_bytes: int = 0, cancel: threading.Event | None = None) -> Sequence:
         """A new request; it waits (``waiting``) until admitted."""
-        seq = Sequence(self, kv_bytes=kv_bytes, exclusive=exclusive, cancel=cancel)
+        seq = Sequence(self, kv_bytes=kv_bytes, cancel=cancel)
         with self._cv:
             self._ensure_thread()
             self._waiting.append(seq)
@@ -215,24 +211,17 @@ class Scheduler:
     def _can_admit(self, seq: Sequence) -> bool:
         if len(self._running) >= self.max_rows:
             return False
-        if seq.exclusive is not None and any(r.exclusive == seq.exclusive for r in self._running):
-            return False
         if self.max_step_kv_bytes is not None and self._running:
             return sum(r.kv_bytes for r in self._running) + seq.kv_bytes <= self.max_step_kv_bytes
         return True  # a request over the bound on its own still runs, alone
 
     def _admit(self) -> None:
-        """Admit waiting requests in arrival order; one blocked only by its exclusive key is passed."""
-        for seq in list(self._waiting):
-            if len(self._running) >= self.max_rows:
-                return
-            if self._can_admit(seq):
-                self._waiting.remove(seq)
-                seq.admitted = True
-                self._running.append(seq)
-                self.stats.admitted += 1
-            elif seq.exclusive is None or not any(r.exclusive == seq.exclusive for r in self._running):
-                return  # over the byte bound: later arrivals wait behind it
+        """Admit waiting requests in arrival order (a later one never passes an earlier one)."""
+        while self._waiting and self._can_admit(self._waiting[0]):
+            seq = self._waiting.popleft()
+            seq.admitted = True
+            self._running.append(seq)
+            self.stats.admitted += 1
 
     # ------------------------------------------------------------------ the loop
     def _ensure_thread(self) -> None:

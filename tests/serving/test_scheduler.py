@@ -285,3 +285,60 @@ def test_real_gemma_concurrent_requests_equal_alone():
     assert errors == [None] * len(reqs)
     assert [g.token_ids for g in got] == [w.token_ids for w in want]
     assert engines["batched"].scheduler.stats.max_rows_seen >= 2
+
+
+# ---------------------------------------------------------------------------- the GPU path, eagerly on CPU
+
+@pytest.fixture(scope="module")
+def static(loaded):
+    """query_mode="static": decode rows in batched static rows (serving/batch_slots.py), prompts
+    through QuerySlots: the CUDA-graph path's forwards, run eagerly."""
+    return _engine(loaded, decode_batch=8, query_mode="static")
+
+
+def test_static_rows_keep_the_eager_tokens(alone, static):
+    want = [alone.generate(r) for r in REQS]
+    s = static.scheduler.stats
+    before = s.steps, s.rows
+    got, errors = _concurrently(static.generate, REQS)
+    assert errors == [None] * len(REQS)
+    assert all(_same(g, w) for g, w in zip(got, want))
+    assert s.steps - before[0] < s.rows - before[1]
+    # Both documents got batched decode rows, and every row was given back.
+    for cid in ("a", "b"):
+        slots = list(static._docs[cid].batch_slots.values())
+        assert slots and not any(any(bs.live) for bs in slots)
+    sreq = ScoreRequest("b", " Risk:", (" low", " high", " medium risk"), pages=(0, 2))
+    assert static.score(sreq) == pytest.approx(alone.score(sreq), abs=1e-4)
+
+
+def test_static_rows_logits_equal_the_eager_forward(loaded):
+    """Decode rows of four queries over two documents in static batched rows against each
+    query's eager forward (fp32, < 1e-4); for three steps one query sits out, so its row runs
+    as a dummy, and it must continue intact."""
+    eager = _engine(loaded, decode_batch=1)
+    st = _engine(loaded, decode_batch=8, query_mode="static")
+    plans = [("a", None), ("a", (0, 3)), ("b", (1,)), ("a", (2, 4, 5))]
+    toks = [[40, 41, 42], [50, 51], [60, 61, 62, 63], [70]]
+    tails = {e: [e.runner.new_tail(e._docs[c]) for c, _ in plans] for e in (eager, st)}
+
+    def step(e, which):
+        return run_rows(e.runner, [Row(e._docs[plans[i][0]], tails[e][i], toks[i], plans[i][1]) for i in which])
+
+    for which in ([0, 1, 2, 3], [0, 1, 2, 3], [0, 2, 3], [0, 2, 3], [0, 2, 3], [0, 1, 2, 3]):
+        want, got = step(eager, which), step(st, which)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-4, rtol=0)
+        for i, w in zip(which, want):
+            toks[i] = [int(w.argmax())]
+    assert all(t.batch is not None for t in tails[st])  # decoding in batched rows
+    assert [t.length for t in tails[st]] == [t.length for t in tails[eager]]
+
+
+def test_a_tail_that_outgrows_its_row_continues_eagerly(alone, loaded):
+    st = _engine(loaded, decode_batch=4, query_mode="static")
+    st.runner.batch_tail_tokens = 40  # REQS[3]'s 120-token prompt never fits; the others outgrow theirs
+    long = [GenerateRequest("a", "Question: who delivers?", max_new_tokens=30), REQS[3], REQS[1]]
+    want = [alone.generate(r) for r in long]
+    got, errors = _concurrently(st.generate, long)
+    assert errors == [None] * 3 and all(_same(g, w) for g, w in zip(got, want))
