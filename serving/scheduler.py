@@ -6,8 +6,10 @@ is done. One scheduler thread owns every forward of the engine. Each step it
 
 1. runs one queued job, if any (a document prefill runs as one job per chunk, so a long
    prefill is interleaved with the steps too);
-2. waits briefly (``gather_s``) until every running request that is busy picking its next
-   token has handed in its work, so that decode rows stay in step together;
+2. waits briefly until every running request that is busy picking its next token has handed
+   in its work, so that decode rows stay in step together: at most ``gather_s`` or a quarter
+   of the last step's time, whichever is longer (on a loaded CPU a thread's wake-up can take
+   longer than a fixed few ms, and a row that misses a step then runs alone in the next);
 3. takes, from the running requests, every pending decode token (one row each) and chunks
    of pending prompts: shortest remaining prompt first, within a token budget per step
    (``step_tokens``, or the smaller ``step_tokens_decoding`` while decode rows run, so a
@@ -42,6 +44,7 @@ __all__ = ["Scheduler", "Sequence", "SchedulerStats", "GenerationCancelled"]
 log = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 0.05  # how often an idle loop looks at cancellation events
+_MAX_GATHER_S = 0.1
 
 
 class GenerationCancelled(RuntimeError):
@@ -135,6 +138,7 @@ class Scheduler:
         self._jobs: deque[_Job] = deque()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._last_step_s = 0.0
         self.stats = SchedulerStats()
         # Optional: called with each step's rows before it runs (tests record the order of work).
         self.on_step: Callable[[list[tuple[int, int]]], None] | None = None
@@ -243,7 +247,7 @@ class Scheduler:
                 self._run_job(job)
                 continue
             with self._cv:
-                deadline = time.monotonic() + self.gather_s
+                deadline = time.monotonic() + max(self.gather_s, min(_MAX_GATHER_S, self._last_step_s / 4))
                 while (left := deadline - time.monotonic()) > 0 and any(self._busy(s) for s in self._running):
                     self._cv.wait(left)
                 self._drop_cancelled()
@@ -287,6 +291,7 @@ class Scheduler:
         rows = [_chunk(w, n) for _, w, n in plan]
         if self.on_step is not None:
             self.on_step([(s.id, n) for s, _, n in plan])
+        t0 = time.perf_counter()
         try:
             results = self._run(rows)
             if len(results) != len(rows):
@@ -305,6 +310,7 @@ class Scheduler:
                         outcomes.append((self._run([row])[0], None))
                     except Exception as one:  # noqa: BLE001 - goes to that row's request
                         outcomes.append((None, one))
+        self._last_step_s = time.perf_counter() - t0
         with self._cv:
             st = self.stats
             st.steps += 1
