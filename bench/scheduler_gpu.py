@@ -79,8 +79,11 @@ class Bench:
                                        progress=False)
         self._sync()
         self.prefill_s = time.perf_counter() - t0
+        from agentctx.serving.engine import _STEP_TOKENS  # the engine's prompt budgets for this device
+
+        budget = _STEP_TOKENS["cuda" if cuda else "cpu"]
         self.sched = Scheduler(lambda rows: run_rows(self.runner, rows), max_rows=max(args.agents),
-                               gather_s=0.002)
+                               step_tokens=budget[0], step_tokens_decoding=budget[1], gather_s=0.002)
         self.bw = _bandwidth(self.dev)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.loaded.model.parameters())
 

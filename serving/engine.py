@@ -186,15 +186,15 @@ class LocalEngine(Engine):
         fused_proj: str = "auto",
         decode_batch: int = 16,
         decode_gather_s: float = 0.003,
-        step_tokens: int = 512,
-        step_tokens_decoding: int = 64,
+        step_tokens: int | None = None,
+        step_tokens_decoding: int | None = None,
         max_step_kv_bytes: int | None = 4 << 30,
         tokenizer: str | None = None,
     ):
         """decode_batch: requests running at once (rows per step; 1 = one request at a time);
         step_tokens / step_tokens_decoding: prompt tokens per step without / with decode rows
-        running; max_step_kv_bytes: bound on the KV bytes the running requests read per step
-        (serving/scheduler.py)."""
+        running (None: by device, see _STEP_TOKENS); max_step_kv_bytes: bound on the KV bytes the
+        running requests read per step (serving/scheduler.py)."""
         if decode_batch < 1:
             raise ValueError(f"decode_batch must be >= 1, got {decode_batch}")
         if not isinstance(model, LoadedModel):
@@ -223,6 +223,8 @@ class LocalEngine(Engine):
         self._lock = threading.RLock()
         # Every forward runs on the scheduler's thread: each step one packed forward over the
         # decode rows and prompt chunks of all running requests (serving/scheduler.py).
+        auto = _STEP_TOKENS["cuda" if self.runner.device.type == "cuda" else "cpu"]
+        step_tokens, step_tokens_decoding = step_tokens or auto[0], step_tokens_decoding or auto[1]
         self.scheduler = Scheduler(lambda rows: run_rows(self.runner, rows), max_rows=decode_batch,
                                    step_tokens=step_tokens, step_tokens_decoding=step_tokens_decoding,
                                    max_step_kv_bytes=max_step_kv_bytes, gather_s=decode_gather_s)
@@ -469,6 +471,12 @@ class LocalEngine(Engine):
 
 
 _QUOTE_END_CHARS = ('"', "\n", "\u201d")
+# Prompt tokens per scheduler step (without, with decode rows running), by device. CPU: a
+# prompt token costs ~2 ms on 2 cores against ~90 ms for a decode step of the 270M model, so
+# 32 prompt tokens at most double a running generation's step, and 256 bound how long a new
+# request waits for the step in flight (BENCHMARKS §4g). CUDA: a step is launch-bound; chunks
+# as large as the query graphs' biggest bucket cost little more than one token.
+_STEP_TOKENS = {"cpu": (256, 32), "cuda": (2048, 256)}
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
