@@ -1,6 +1,6 @@
 """The replica's scheduler on CPU against the engine it replaced, in the same run (real Gemma 3 270M).
 
-    python bench/scheduler_cpu.py [--before-ref restructure] [--agents 8] [--tokens 4096] [--out FILE]
+    python bench/scheduler_cpu.py [--before-ref 9fdd1dd] [--agents 8] [--tokens 4096] [--out FILE]
 
 Two cases, each run by both peers on this machine, one after the other in fresh processes:
 
@@ -10,8 +10,8 @@ Two cases, each run by both peers on this machine, one after the other in fresh 
 * **head-of-line**: a short query alone, then the same query sent while a 16,384-character
   question (over the whole document) is in flight; the short query's latency in both.
 
-The "before" peer is the engine of ``--before-ref`` (default ``restructure``: a forward lock
-for prompts, decode steps batched by ``DecodeBatcher``), exported with ``git archive`` into a
+The "before" peer is the engine of ``--before-ref`` (default 9fdd1dd, the last commit before the
+scheduler: a forward lock for prompts, decode steps batched by ``DecodeBatcher``), exported with ``git archive`` into a
 temporary dir and imported from there; "after" is this checkout. Both use the same venv.
 """
 
@@ -131,7 +131,8 @@ def _child(args, pythonpath: str | None) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None, help="local checkpoint dir; default: embedded Gemma 3 270M")
-    ap.add_argument("--before-ref", default="restructure")
+    # 9fdd1dd: the last commit with the DecodeBatcher engine (the `restructure` tip the scheduler branched from).
+    ap.add_argument("--before-ref", default="9fdd1dd")
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--agents", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=32)
