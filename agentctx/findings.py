@@ -85,6 +85,19 @@ class AnswerFields(BaseModel):
     quote: str
 
 
+class QuoteOption(BaseModel):
+    """One candidate quote the QA agent weighed: a source span, retrieval's rank, the model's score."""
+
+    char_start: int = Field(ge=0)
+    char_end: int = Field(ge=0)
+    rank: int = Field(ge=0, description="Retrieval's rank of the page whose evidence this is (0 = best)")
+    model_score: float = Field(description="The model's mean log-probability per token of the quote")
+    score: float = Field(description="Rank prior plus the model's weighted, standardised score")
+
+
 class Answer(AnswerFields):
     question: str
     citation: Citation | None = None
+    options: list[QuoteOption] = Field(default_factory=list, description="The candidate quotes, best page first")
+    chosen_by: str = Field("", description="retrieval (its first candidate), model (the model's scores moved "
+                                           "the pick) or model-written (no candidates: the model wrote the quote)")

@@ -14,7 +14,7 @@ the same requests (the same prompt and the same attended pages that phase 1's
 plans chose, and dense). The difference of the medians is what HTTP + Serve +
 auth + the store reference + retrieval cost per request.
 
-Run from the repo root:  python bench/bench_http.py [--out bench/HTTP_RESULTS.md] [--requests-per-client 4]
+Run from the repo root:  python bench/bench_http.py [--out bench/results/http.md] [--requests-per-client 4]
 """
 
 from __future__ import annotations
@@ -253,13 +253,14 @@ def write_md(path: Path, http: dict, local: dict, cmd: str, seconds: float) -> s
         "",
     ]
     text = "\n".join(lines)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return text
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(REPO / "bench" / "HTTP_RESULTS.md"))
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "http.md"))
     ap.add_argument("--requests-per-client", type=int, default=4)
     ap.add_argument("--concurrency", default="1,4,16")
     args = ap.parse_args()

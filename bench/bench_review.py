@@ -21,8 +21,9 @@ Either way each report records the model's scores of the close candidates, and t
 counts how often its own pick was right beside the rules' pick.
 
 The split: thresholds and weights were set on TUNING (11 documents); CHECK (10) was only
-scored. The sample contract's 9 kinds are checked against SAMPLE_SECTIONS, labelled by
-reading it (where a kind recurs in a schedule, each occurrence counts).
+scored. The sample contract's 9 kinds are checked against SAMPLE_SECTIONS
+(tests/fixtures/sample_labels.py), labelled by reading it (where a kind recurs in a schedule,
+each occurrence counts).
 """
 
 from __future__ import annotations
@@ -39,18 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agentctx.agents import CLAUSE_KINDS  # noqa: E402
+from tests.fixtures.sample_labels import sample_check  # noqa: E402
 
 DEVSET = ROOT / "bench" / "devsets" / "contracts"
 TUNING = ("python_psf_license", "python_cnri_license", "python_cwi_license", "apache_2_0", "gpl_3_0", "epl_1_0",
           "cc_by_4_0", "nvidia_cuda_sdk_eula", "intel_devtools_eula", "pyarmor_eula", "mutual_nda")
-# The sample's clauses by article: the operative articles, and their repeats in the schedules.
-SAMPLE_SECTIONS = {
-    "parties": ("preamble",), "term": ("ARTICLE 3.", "ARTICLE 24.", "ARTICLE 30.", "ARTICLE 36."),
-    "payment": ("ARTICLE 5.", "ARTICLE 27.", "ARTICLE 45."), "termination": ("ARTICLE 14.", "ARTICLE 25."),
-    "liability_cap": ("ARTICLE 11.", "ARTICLE 28.", "ARTICLE 47."),
-    "indemnity": ("ARTICLE 12.", "ARTICLE 33.", "ARTICLE 40."), "confidentiality": ("ARTICLE 9.", "ARTICLE 46."),
-    "governing_law": ("ARTICLE 21.",), "assignment": ("ARTICLE 17.",),
-}
 
 
 def _scorer():
@@ -66,17 +60,6 @@ SCORE = _scorer()
 def documents() -> dict[str, Path]:
     dirs = SCORE.default_label_dirs(with_shared=True)
     return {p.stem: p for d in dirs for p in sorted(Path(d).glob("*.txt"))}
-
-
-def sample_check(report: dict) -> dict[str, bool]:
-    """Whether each kind of the sample's report cites one of its labelled articles."""
-    out = {}
-    for c in report["clauses"]:
-        sec = c.get("section") or ""
-        ok = c["present"] and any(sec.startswith(a) or f"> {a}" in sec or sec == a
-                                  for a in SAMPLE_SECTIONS[c["kind"]])
-        out[c["kind"]] = bool(ok)
-    return out
 
 
 # ------------------------------------------------------------------ runs

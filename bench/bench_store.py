@@ -17,7 +17,7 @@ in use (once) + each process's *private* memory outside the plasma mapping
 subtracts the agents' and store actor's idle private memory measured before
 any KV was touched (interpreter + torch: the per-agent state).
 
-Run from the repo root:  python bench/bench_store.py [--agents 1,2,5,10] [--out bench/STORE_RESULTS.md]
+Run from the repo root:  python bench/bench_store.py [--agents 1,2,5,10] [--out bench/results/store.md]
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128 * 1024)
     ap.add_argument("--reattach", type=int, default=50, help="reattach samples per agent")
     ap.add_argument("--redis-url", default=None, help="use this Redis (default: start a temporary redis-server)")
-    ap.add_argument("--out", default=str(REPO / "bench" / "STORE_RESULTS.md"))
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "store.md"))
     args = ap.parse_args()
     counts = [int(x) for x in args.agents.split(",")]
     n_pages = args.tokens // PAGE_TOKENS
@@ -333,6 +333,7 @@ views: agents must not modify them in place (`get_pages(copy=True)` gives privat
 
 {verdict}
 """
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(md)
     print(md)
 

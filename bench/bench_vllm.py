@@ -4,7 +4,7 @@ Run in the vLLM venv (bash scripts/setup_vllm.sh):
 
     .venv-vllm/bin/python bench/bench_vllm.py --tokens 2000,8000,16000 --json bench/results/vllm_cpu.json
 
-Per context length, one synthetic contract (bench/contracts.py) with planted
+Per context length, one synthetic contract (tests/fixtures/contracts.py) with planted
 facts; Q needle questions. Peers, in the same process, one after the other:
 
 * ``vllm dense``: VLLMEngine, full document + question; the document is in
@@ -69,8 +69,8 @@ def main() -> int:
     from agentctx.serving.engine import LocalEngine
     from agentctx.serving.types import GenerateRequest
     from agentctx.serving.vllm_engine import VLLMEngine
-    from bench.contracts import generate_contract
-    from bench.peers import RetrievalSelector
+    from bench.lib.peers import RetrievalSelector
+    from tests.fixtures.contracts import generate_contract
 
     torch.set_num_threads(os.cpu_count() or 1)
     sizes = [int(x) for x in args.tokens.split(",") if x]

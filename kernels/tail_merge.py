@@ -5,7 +5,7 @@
 * Sliding-window layers: the document's last W tokens followed by the tail, in one buffer,
   each query token seeing the W entries ending at its own (:func:`attend_window`). Through
   SDPA with a boolean mask this was cuDNN's masked attention at ~130 us per call on an
-  H200, ~2 ms of a 3.8 ms Gemma 3 270M decode replay (bench/KERNEL_NOTES.md).
+  H200, ~2 ms of a 3.8 ms Gemma 3 270M decode replay (docs/KERNELS.md).
 
 After the page kernel has attended the selected document pages, every global layer
 of a query forward still has to attend the query's private tokens (causally) and

@@ -11,7 +11,7 @@ __all__ = ["WINDOW_BLOCK_M", "WINDOW_MIN_SPLIT_STEPS", "WINDOW_SPLITS", "window_
 
 # Row tile of the window kernel, whatever the row count. Each tile streams a band of
 # W + rows/group entries (W = 512 for Gemma 3) with an fp32 PV product. Measured on the H200
-# (Gemma-3-270M, bench/prefill_paths.py and bench/profile_step.py): 16-row tiles beat 64-row
+# (Gemma-3-270M, bench/experiments/prefill_paths.py and bench/experiments/profile_step.py): 16-row tiles beat 64-row
 # ones for a prefill chunk (1.14-1.19x, 32K-512K tokens) and for a 24-token prompt's forward
 # at 1M (4.45 vs 7.82 ms); with 64-row tiles the prompt ran slower than the SDPA band path.
 WINDOW_BLOCK_M = 16

@@ -40,6 +40,7 @@ import numpy as np
 from .answer_type import passage_types, question_types, type_mask
 from .chunking import Chunk, build_chunks
 from .embedding import Embedder
+from .expansion import expansion_terms
 from .fusion import top_pages
 from .hierarchical import RetrieveResult
 from .lexical import LexicalIndex
@@ -93,6 +94,9 @@ class DocumentIndex:
             (it cost recall on the dev set); headings are still passages of their own.
         lexical_weight: hybrid bonus for the passage's BM25 score (relative to the best).
         answer_type_weight: hybrid bonus for holding a value of the expected answer type.
+        expansion_weight: weight of the contract-vocabulary expansion (:mod:`.expansion`): its
+            terms' embedding is added to the question's with this weight, and the terms join
+            the lexical query; 0 turns expansion off.
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class DocumentIndex:
         heading_context: bool = False,
         lexical_weight: float = 0.05,
         answer_type_weight: float = 0.06,
+        expansion_weight: float = 0.5,
     ) -> None:
         if len(offsets) == 0:
             raise ValueError("cannot index a document with no tokens")
@@ -113,6 +118,7 @@ class DocumentIndex:
         self.page_size = page_size
         self.lexical_weight = lexical_weight
         self.answer_type_weight = answer_type_weight
+        self.expansion_weight = expansion_weight
         self.text = text
         t0 = time.perf_counter()
         self.chunks: list[Chunk] = build_chunks(text, offsets, page_size)
@@ -149,8 +155,17 @@ class DocumentIndex:
         return self.num_tokens - (self.num_pages - 1) * self.page_size
 
     # ---------------------------------------------------------------- scoring
+    def expanded_query(self, query: str, qv: np.ndarray) -> tuple[str, np.ndarray]:
+        """The lexical query and the unit query vector, with the expansion's terms blended in."""
+        terms = expansion_terms(query) if self.expansion_weight else ""
+        if not terms:
+            return query, qv
+        v = qv + self.expansion_weight * self.embedder.embed_query(terms)
+        return f"{query} {terms}", (v / max(float(np.linalg.norm(v)), 1e-12)).astype(qv.dtype)
+
     def passage_scores(self, query: str, qv: np.ndarray) -> np.ndarray:
-        """``(num_passages,)`` hybrid score: cosine + lexical and answer-type bonuses."""
+        """``(num_passages,)`` hybrid score: cosine + lexical and answer-type bonuses (``query``
+        and ``qv`` already expanded; the expected answer type is read from ``query``)."""
         s = self._vectors @ qv
         if self.lexical_weight:
             lex = self.lexical.scores(query)
@@ -189,14 +204,19 @@ class DocumentIndex:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
         k = max(0, min(int(k), self.num_pages))
         t0 = time.perf_counter()
+        # "dense" stays the plain cosine ablation; the product's hybrid method expands.
+        terms = expansion_terms(query) if method != "dense" and self.expansion_weight else ""
+        if terms:  # the question and its terms in one encoder call (it fills the memo)
+            self.embedder.embed_queries([query, terms])
         qv = self.embedder.embed_query(query)
+        lex_query, qv = (query, qv) if method == "dense" else self.expanded_query(query, qv)
         t1 = time.perf_counter()
         if method == "lexical":
-            scores = self.lexical.scores(query)
+            scores = self.lexical.scores(lex_query)
             page_scores = self.passages.page_max(scores)
             page_scores[page_scores <= 0] = -np.inf  # no query term: no evidence
         else:
-            scores = self._vectors @ qv if method == "dense" else self.passage_scores(query, qv)
+            scores = self._vectors @ qv if method == "dense" else self.passage_scores(lex_query, qv)
             page_scores = self.passages.page_max(scores)
         pages = top_pages(page_scores, k)
         evidence = self._evidence(pages, scores)

@@ -39,7 +39,7 @@ class RetrieveResult:
     Attributes:
         pages: ``(k,)`` int64 page indices, best first, distinct.
         scores: ``(k,)`` float32 scores of those pages, on the method's scale (cosine for
-            ``dense``, BM25 for ``lexical``, the reciprocal-rank-fusion score for ``hybrid``).
+            ``dense``, BM25 for ``lexical``, cosine plus the lexical and answer-type bonuses for ``hybrid``).
         mode: which path of the dense index answered (``"flat"`` or ``"hierarchical"``).
         search_seconds: wall time of the search for this query (all scorers and fusion).
         embed_seconds: wall time to embed the query (0 when cached or given).

@@ -30,19 +30,19 @@ echo "gpu tests rc=$? ($((SECONDS - t0)) s)"; grep -E "passed|failed" "$out/gpu_
 grep -E "^FAILED" "$out/gpu_tests.log" | head -20
 if [ "${GPU_CHECK_PROFILE:-1}" = 1 ]; then
   t0=$SECONDS
-  timeout 90 "$py" bench/window_splits.py > "$out/window_splits.log" 2>&1
+  timeout 90 "$py" bench/experiments/window_splits.py > "$out/window_splits.log" 2>&1
   echo "window splits rc=$? ($((SECONDS - t0)) s)"; grep -E "^\||^#" "$out/window_splits.log"
   if [ "${GPU_CHECK_PREFILL:-}" != none ]; then
     t0=$SECONDS
-    timeout 150 "$py" bench/prefill_paths.py --model gemma3-270m-random --tokens "${GPU_CHECK_PREFILL:-32k,128k,512k}" \
+    timeout 150 "$py" bench/experiments/prefill_paths.py --model gemma3-270m-random --tokens "${GPU_CHECK_PREFILL:-32k,128k,512k}" \
       --reps 1 > "$out/prefill_paths.log" 2>&1
     echo "prefill paths rc=$? ($((SECONDS - t0)) s)"; grep -E "^\||first-call" "$out/prefill_paths.log"
   fi
   t0=$SECONDS
-  timeout 150 "$py" bench/profile_step.py --tokens "${GPU_CHECK_TOKENS:-1048576}" > "$out/profile_gemma.log" 2>&1
+  timeout 150 "$py" bench/experiments/profile_step.py --tokens "${GPU_CHECK_TOKENS:-1048576}" > "$out/profile_gemma.log" 2>&1
   echo "gemma profile rc=$? ($((SECONDS - t0)) s)"
   if [ "${GPU_CHECK_LLAMA:-0}" = 1 ]; then
-    timeout 150 "$py" bench/profile_step.py --model llama3-8b-random --tokens 32768 > "$out/profile_llama32k.log" 2>&1
+    timeout 150 "$py" bench/experiments/profile_step.py --model llama3-8b-random --tokens 32768 > "$out/profile_llama32k.log" 2>&1
   fi
   grep -hE "forward|launches|interleaved|first-call" "$out"/profile_*.log
 fi

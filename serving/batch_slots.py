@@ -1,6 +1,6 @@
 """Static buffers for the decode rows of many queries over one document, replayable as CUDA graphs.
 
-The GPU side of the scheduler (bench/KERNEL_NOTES.md, "batched decode in graph mode"). A
+The GPU side of the scheduler (docs/KERNELS.md, "Batched decode rows in graph mode"). A
 :class:`BatchSlots` holds, for one document and one block-table width, R rows of the
 buffers that :class:`~agentctx.serving.static_query.QuerySlots` holds for one query:
 

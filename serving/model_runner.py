@@ -227,7 +227,7 @@ def _cpu_head(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     270M). On this CPU's MKL, hidden @ weight.T for a few rows runs far below memory speed
     (66 ms for 1 row, 141 ms for 4) while weight @ hidden.T streams the weight (30 ms for 2
     rows, 45 ms for 4); a single row takes the slow matrix-vector path either way, so it is
-    sent twice. Same result up to fp32 rounding. bench/cpu_head.py measures both forms.
+    sent twice. Same result up to fp32 rounding. bench/experiments/cpu_head.py measures both forms.
     """
     n = hidden.shape[0]
     rows = hidden if n > 1 else hidden.repeat(2, 1)
@@ -292,7 +292,7 @@ class ModelRunner:
         # layer on CUDA (kernels/tail_merge.py); "torch" keeps the plain-PyTorch path. Like
         # fused_norms, set it before the first query: captured graphs keep what they captured.
         self.tail_impl = "torch" if kernel_impl == "torch" else "auto"
-        # The sliding layers' window band alone (bench/profile_step.py times it on and off).
+        # The sliding layers' window band alone (bench/experiments/profile_step.py times it on and off).
         self.window_impl = self.tail_impl
         self.sliding_prefill = "auto" if kernel_impl != "torch" else "banded"  # see SLIDING_PREFILL
         self.model.config._attn_implementation = ATTN_IMPL

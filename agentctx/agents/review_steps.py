@@ -77,7 +77,7 @@ def _retrieved_pages(plan, n: int) -> list[int]:
 
 def risk_prompt(kind: str, quote: str) -> str:
     """The risk assessor's task text for one clause; its JSON fields follow it. The one place
-    for it: bench/risk_calibration.py and bench/risk_rationale.py score this same text."""
+    for it: bench/experiments/risk_calibration.py and bench/experiments/risk_rationale.py score this same text."""
     return f'Clause ({kind}): "{quote}"\nRisk review of this clause for the Customer, as JSON:\n'
 
 

@@ -10,31 +10,14 @@ from __future__ import annotations
 
 import re
 
+from agentctx.agents.answering import answer_question, cite
 from agentctx.agents.base import Agent, AgentTask, register_role
 from agentctx.agents.review_steps import assess_risks, extract_clause, summarize_section
-from agentctx.citations import Citation, locate_quote
 from agentctx.context import Context
-from agentctx.findings import Answer, AnswerFields, ClauseFinding, RiskAssessment, SectionSummary
+from agentctx.findings import Answer, ClauseFinding, RiskAssessment, SectionSummary
 from agentctx.retrieval.policy import AttendPlan
-from agentctx.structured import fill_fields
 
 __all__ = ["Summarizer", "ClauseExtractor", "RiskAssessor", "QuestionAnswerer", "cite"]
-
-
-def cite(ctx: Context, quote: str, plan: AttendPlan | None) -> Citation | None:
-    """Locate a quote, preferring the attended pages; None for an empty quote."""
-    hint_start, hint_end = 0, None
-    if plan is not None:
-        spans = [ctx.char_spans[p] for p in plan.pages if plan.reason_of(p) in ("retrieved", "neighbor")]
-        if spans:
-            hint_start, hint_end = min(s for s, _ in spans), max(e for _, e in spans)
-    found = locate_quote(ctx.text, quote, hint_start, hint_end)
-    if found is None:
-        return None
-    start, end, verified = found
-    page = ctx.page_of_char(start)
-    return Citation(page=page, page_id=ctx.page_ids[page], char_start=start, char_end=end,
-                    quote=ctx.text[start:end] if verified else quote.strip(), verified=verified)
 
 
 def _quote_source(plan: AttendPlan, max_pages: int = 4) -> list[int]:
@@ -50,7 +33,7 @@ def clause_candidate_pages(plan: AttendPlan) -> list[int]:
     """Pages whose sentences a clause quote is picked from: the best-ranked retrieved pages plus
     the always-attended sink pages. A contract's first page (its parties, often its preamble) is
     a sink page that page-level retrieval rarely ranks: on 12 synthetic contracts the parties
-    clause had no correct candidate in 9 without it and 0 with it (bench/clause_pick.py)."""
+    clause had no correct candidate in 9 without it and 0 with it (bench/experiments/clause_pick.py)."""
     return sorted(set(_quote_source(plan)) | set(plan.pages_with("sink")))
 
 
@@ -73,7 +56,7 @@ _CLAUSE_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d+)*\.?|\([a-z0-9]+\))\s+")
 def candidate_sentences(ctx: Context, pages: list[int], min_chars: int = 24) -> list[tuple[int, int]]:
     """Char spans of the sentences (or lines) of the given pages, clause numbers stripped.
 
-    The previous extractor's candidates (line-based); kept for bench/clause_pick.py, which
+    The previous extractor's candidates (line-based); kept for bench/experiments/clause_pick.py, which
     measures page-level candidate sources on synthetic contracts."""
     spans = []
     for p in sorted(set(pages)):
@@ -124,15 +107,11 @@ class RiskAssessor(Agent):
 
 @register_role
 class QuestionAnswerer(Agent):
+    """A short answer with a quote chosen among retrieval's evidence sentences by the model
+    (:func:`.answering.answer_question`); the quote is source text and its citation a span of it."""
+
     role = "qa"
     output_schema = Answer
 
     def run(self, ctx: Context, task: AgentTask) -> Answer:
-        question = str(task.need("question", self.role)).strip()
-        if not question:
-            raise ValueError("qa task has an empty question")
-        plan = self.plan(ctx, question)
-        body = f"Question: {question}\nAnswer as JSON with the answer and a word-for-word quote from the document:\n"
-        fields = fill_fields(self.llm(ctx, plan), self.prompt(body), AnswerFields,
-                             max_chars={"answer": 300, "quote": 400}, max_attempts=self.spec.max_attempts)
-        return Answer(**fields.model_dump(), question=question, citation=cite(ctx, fields.quote, plan))
+        return answer_question(self, ctx, task)

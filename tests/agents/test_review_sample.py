@@ -1,7 +1,7 @@
 """End to end: the main job's review of the bundled sample on the real Gemma 3 270M.
 
 Real Ray, the real model, one prefill. The bundled sample was labelled by reading it
-(bench/bench_review.py:SAMPLE_SECTIONS): parties in the preamble, governing law in ARTICLE 21
+(tests/fixtures/sample_labels.py:SAMPLE_SECTIONS): parties in the preamble, governing law in ARTICLE 21
 ("the State of New York"), and so on; a kind repeated in a schedule counts in either place.
 ~90 s on the 2-core CPU machine, most of it the prefill: marked slow.
 """
@@ -16,13 +16,13 @@ import pytest
 from agentctx.config import AgentctxConfig
 from agentctx.pipelines.document_review import run_review
 from agentctx.runtime import Runtime
-from bench.bench_review import SAMPLE_SECTIONS, sample_check
+from tests.fixtures.sample_labels import SAMPLE_SECTIONS, sample_check
 
 pytestmark = [pytest.mark.model, pytest.mark.ray, pytest.mark.slow]
 
 
 def test_sample_review_gets_every_kind_in_its_section(tmp_path, ray_local):
-    from agentctx.cli import SAMPLE_CONTRACT
+    from agentctx.entrypoints.cli import SAMPLE_CONTRACT
 
     text = SAMPLE_CONTRACT.read_text()
     cfg = AgentctxConfig()

@@ -1,4 +1,4 @@
-"""bench/scheduler_gpu.py end to end on CPU with a tiny random model (static mode, no graphs):
+"""bench/bench_scheduler.py end to end on CPU with a tiny random model (static mode, no graphs):
 every case runs, rows share steps, and the head-of-line case reports."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 @pytest.mark.timeout(300)
 def test_scheduler_bench_tiny_cpu(tmp_path):
-    from bench.scheduler_gpu import main
+    from bench.bench_scheduler import main
 
     out = main(["--model", "tiny-gemma3", "--tokens", "1024", "--agents", "1,4", "--budgets", "0.12,dense",
                 "--new-tokens", "4", "--prompt-tokens", "6", "--page-size", "64", "--recent-tokens", "64",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agentctx.retrieval import DocumentIndex, Embedder, SelectionPolicy, plan
-from bench.contracts import CLAUSE_TAXONOMY, generate_contract
+from tests.fixtures.contracts import CLAUSE_TAXONOMY, generate_contract
 
 
 @pytest.fixture(scope="module")
