@@ -144,14 +144,28 @@ def _paged_attention(module, query, key, value, attention_mask, scaling=None, dr
     return out.unsqueeze(0), None  # (1, T, Hq, D), a view: no extra kernel in graphs
 
 
+def _last(parts: list[torch.Tensor], n: int) -> list[torch.Tensor]:
+    """Views of the last n entries (dim 0) of the concatenation of parts, without concatenating."""
+    out = []
+    for t in reversed(parts):
+        if n <= 0:
+            break
+        out.append(t[-n:] if t.shape[0] > n else t)
+        n -= t.shape[0]
+    return out[::-1]
+
+
 def _sliding(step, layer, q, k, v, scale, softcap, window):
     doc = step.doc
     wk = doc.window_k.get(layer)
     if isinstance(step, ExtendStep):
         tail = step.tail
-        prev_k = [t for t in (wk, tail.k.get(layer)) if t is not None]
-        prev_v = [t for t in (doc.window_v.get(layer), tail.v.get(layer)) if t is not None]
-        prev_pos = [p for p in (doc.window_pos, tail.positions(q.device)) if p is not None]
+        # The new tokens see at most the W - 1 tokens before them: attend only those (a long
+        # prompt's later chunks would otherwise read, and copy, its whole tail in every layer).
+        keep = window - 1
+        prev_k = _last([t for t in (wk, tail.k.get(layer)) if t is not None], keep)
+        prev_v = _last([t for t in (doc.window_v.get(layer), tail.v.get(layer)) if t is not None], keep)
+        prev_pos = _last([p for p in (doc.window_pos, tail.positions(q.device)) if p is not None], keep)
         keys, vals = torch.cat(prev_k + [k]), torch.cat(prev_v + [v])
         kpos = torch.cat(prev_pos + [step.positions])
         tail.k[layer] = k if layer not in tail.k else torch.cat([tail.k[layer], k])
