@@ -53,7 +53,7 @@ class ModelConfig(_Strict):
         3.0, ge=0, le=1000, description="How long a step waits for running requests to hand in their next token")
     step_tokens: int | None = Field(
         None, ge=1, description="Prompt tokens one scheduler step takes when no generation is decoding; "
-                                "None = by device (CPU 256, CUDA 2048)")
+                                "None = by device (CPU 128, CUDA 2048)")
     step_tokens_decoding: int | None = Field(
         None, ge=1, description="Prompt tokens one step takes while generations decode (bounds how much a long "
                                 "prompt slows their next token); None = by device (CPU 32, CUDA 256)")

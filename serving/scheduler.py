@@ -10,11 +10,11 @@ is done. One scheduler thread owns every forward of the engine. Each step it
    in its work, so that decode rows stay in step together: at most ``gather_s`` or a quarter
    of the last step's time, whichever is longer (on a loaded CPU a thread's wake-up can take
    longer than a fixed few ms, and a row that misses a step then runs alone in the next);
-3. takes, from the running requests, every pending decode token (one row each) and chunks
-   of pending prompts: shortest remaining prompt first, within a token budget per step
-   (``step_tokens``, or the smaller ``step_tokens_decoding`` while decode rows run, so a
-   stream's next token never waits behind a whole long prompt, nor a short question behind
-   a long one);
+3. takes, from the running requests, every pending decode token (one row each) and prompt
+   tokens, shortest remaining prompt first, within ``step_tokens`` per step: prompts that
+   finish in this step whole, a chunk of a longer one with the rest, but at most
+   ``step_tokens_decoding`` when the step carries anyone else's next token, so a stream's next
+   token never waits behind a whole long prompt, nor a short question behind a long one;
 4. runs them as one packed forward (serving/batch_forward.py) and hands each request its
    result. If that forward fails, every row is re-run alone, so a bad request fails alone.
 
@@ -276,13 +276,22 @@ class Scheduler:
         decode = [(s, s.work, 1) for s in pending if len(s.work.row.token_ids) == 1]
         prompts = sorted((s for s in pending if len(s.work.row.token_ids) > 1),
                          key=lambda s: (s.work.remaining, s.arrival))
-        budget = self.step_tokens_decoding if decode else self.step_tokens
+        # Prompts that finish in this step go whole (shortest first) within step_tokens; a
+        # chunk of a longer one takes the rest, but at most step_tokens_decoding when the step
+        # carries anyone else's next token (decode rows, finishing prompts): a long prompt then
+        # slows their step by a bounded amount.
+        budget = self.step_tokens
         plan = list(decode)
         for s in prompts:
             if budget <= 0:
                 break
+            rem = s.work.remaining
             # Option scoring wants every token's logits: such a row (short) runs whole.
-            n = s.work.remaining if s.work.row.want == "all" else min(s.work.remaining, budget)
+            if rem <= budget or s.work.row.want == "all":
+                plan.append((s, s.work, rem))
+                budget -= rem
+                continue
+            n = min(budget, self.step_tokens_decoding if plan else budget)
             plan.append((s, s.work, n))
             budget -= n
         return plan
