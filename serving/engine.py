@@ -471,11 +471,11 @@ class LocalEngine(Engine):
 
 
 _QUOTE_END_CHARS = ('"', "\n", "\u201d")
-# Prompt tokens per scheduler step (without, with decode rows running), by device. CPU: a
-# prompt token costs ~2 ms on 2 cores against ~90 ms for a decode step of the 270M model, so
-# 32 prompt tokens at most double a running generation's step, and 128 bound how long a new
-# request waits for the step in flight (BENCHMARKS §4g). CUDA: a step is launch-bound; chunks
-# as large as the query graphs' biggest bucket cost little more than one token.
+# Prompt tokens per scheduler step (without, with decode rows running), by device. CPU: small,
+# since a prompt token costs a few ms against ~80 ms for a decode step of the 270M model, and
+# 128 bound how long a new request waits for the step in flight (measured: BENCHMARKS §4g;
+# the head-of-line target is still missed there). CUDA: a step is launch-bound, so chunks up to
+# the query graphs' largest bucket cost little more than one token (not yet measured).
 _STEP_TOKENS = {"cpu": (128, 32), "cuda": (2048, 256)}
 
 
