@@ -47,10 +47,19 @@ class ModelConfig(_Strict):
         "auto", description="q/k/v and gate/up projections as one matrix product each in the local engine's "
                             "forwards (7 products per layer become 4; no extra memory); auto = on for CUDA")
     decode_batch: int = Field(
-        8, ge=1, le=256, description="Most concurrent generations whose decode steps share one forward "
-                                     "(local engine, eager query mode); 1 = each generation runs alone")
+        16, ge=1, le=256, description="Most requests the local engine's scheduler runs at once: each step is one "
+                                      "forward over their decode rows and prompt chunks; others wait; 1 = one by one")
     decode_gather_ms: float = Field(
-        3.0, ge=0, le=1000, description="How long a decode forward waits for the other generations' steps")
+        3.0, ge=0, le=1000, description="How long a step waits for running requests to hand in their next token")
+    step_tokens: int | None = Field(
+        None, ge=1, description="Prompt tokens one scheduler step takes when no generation is decoding; "
+                                "None = by device (CPU 128, CUDA 2048)")
+    step_tokens_decoding: int | None = Field(
+        None, ge=1, description="Prompt tokens one step takes while generations decode (bounds how much a long "
+                                "prompt slows their next token); None = by device (CPU 32, CUDA 256)")
+    max_step_kv_bytes: int | None = Field(
+        4 << 30, ge=1, description="Bound on the KV bytes the running requests read per step (pages attended plus "
+                                   "their own tokens); requests beyond it wait; None = no bound")
     engine: Literal["local", "vllm"] = Field(
         "local", description="local = our paged runner (block-selected attention); vllm = vLLM in prompt-level "
                              "mode (selected pages become prompt text, reuse via vLLM prefix caching)")
@@ -70,6 +79,8 @@ class ModelConfig(_Strict):
             device=self.device, dtype=self.dtype, device_cache_bytes=self.device_cache_bytes,
             query_mode=self.query_mode, fused_norms=self.fused_norms, fused_rope=self.fused_rope,
             fused_proj=self.fused_proj, decode_batch=self.decode_batch, decode_gather_s=self.decode_gather_ms / 1000,
+            step_tokens=self.step_tokens, step_tokens_decoding=self.step_tokens_decoding,
+            max_step_kv_bytes=self.max_step_kv_bytes,
             vllm_kv_cache_gib=self.vllm_kv_cache_gib, vllm_max_model_len=self.vllm_max_model_len)
 
 

@@ -51,9 +51,12 @@ _REPLICA_COUNTERS = {"cache_hits": "device-cache hits", "cache_misses": "device-
                      "generated_tokens": "tokens generated", "errors": "failed model requests",
                      "queue_seconds": "seconds requests waited at the replica before their work started",
                      "requests_started": "requests whose work started (queue_seconds / this = mean queue time)"}
-# From info()["decode_batching"]: steps / forwards is the mean number of generations per decode forward.
-_BATCH_COUNTERS = {"forwards": "decode forwards run by the batcher", "steps": "decode steps those forwards carried",
-                   "fallbacks": "batched decode forwards that failed and were re-run step by step"}
+# From info()["decode_batching"]: steps / forwards is the mean number of requests' rows per scheduler step.
+_BATCH_COUNTERS = {"forwards": "forwards (steps) run by the scheduler", "steps": "rows those steps carried",
+                   "fallbacks": "steps that failed and were re-run row by row"}
+# From info()["scheduler"]: admission control.
+_SCHED_GAUGES = {"running": "requests the scheduler runs (one row each per step)",
+                 "waiting": "requests waiting for admission (rows or KV bytes per step at their bound)"}
 _REPLICA_GAUGES = {"cached_contexts": "contexts in the device cache", "cached_bytes": "KV bytes in the device cache",
                    "requests_running": "requests running (generating or scoring)",
                    "requests_waiting": "requests arrived and not started yet"}
@@ -118,6 +121,9 @@ class _ReplicaCollector:
             yield _family(CounterMetricFamily, f"agentctx_replica_decode_{key}", doc, batching, key)
         for key, doc in _REPLICA_GAUGES.items():
             yield _family(GaugeMetricFamily, f"agentctx_replica_{key}", doc, infos, key)
+        sched = {name: s if isinstance(s := info.get("scheduler"), dict) else {} for name, info in infos.items()}
+        for key, doc in _SCHED_GAUGES.items():
+            yield _family(GaugeMetricFamily, f"agentctx_replica_requests_{key}", doc, sched, key)
 
 
 def _family(cls, metric: str, doc: str, per_replica: dict[str, dict], key: str):

@@ -33,8 +33,11 @@ class EngineConfig:
     fused_norms: str = "auto"
     fused_rope: str = "auto"
     fused_proj: str = "auto"
-    decode_batch: int = 8
+    decode_batch: int = 16  # requests the scheduler runs at once (serving/scheduler.py)
     decode_gather_s: float = 0.003
+    step_tokens: int | None = None  # None: by device (serving/engine.py _STEP_TOKENS)
+    step_tokens_decoding: int | None = None
+    max_step_kv_bytes: int | None = 4 << 30
     vllm_kv_cache_gib: float = 4.0
     vllm_max_model_len: int | None = None
 
@@ -53,6 +56,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be auto, on or off, got {getattr(self, name)!r}")
         if self.decode_batch < 1:
             raise ValueError(f"decode_batch must be >= 1, got {self.decode_batch}")
+        if any(n is not None and n < 1 for n in (self.step_tokens, self.step_tokens_decoding)):
+            raise ValueError("step_tokens and step_tokens_decoding must be >= 1")
 
 
 @dataclass(frozen=True)

@@ -14,17 +14,17 @@ import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 
 import torch
 
 from agentctx.kernels.tail_merge import first_call_results
+from agentctx.serving.batch_forward import Row, release, run_rows
 from agentctx.serving.copy_constraint import CopyConstraint
 from agentctx.serving.decode import TokenLoop
-from agentctx.serving.decode_batcher import DecodeBatcher
 from agentctx.serving.model_loader import LoadedModel, load_model
-from agentctx.serving.model_runner import DecodeItem, ModelRunner
+from agentctx.serving.model_runner import ModelRunner
 from agentctx.serving.paged_kv import DocKV
+from agentctx.serving.scheduler import GenerationCancelled, Scheduler
 from agentctx.serving.tokenize import tokenize_document
 from agentctx.serving.types import (
     EmptyInputError,
@@ -35,7 +35,7 @@ from agentctx.serving.types import (
     TokenizedDoc,
 )
 
-__all__ = ["Engine", "LocalEngine", "ContextNotLoadedError", "PageLoader"]
+__all__ = ["Engine", "LocalEngine", "ContextNotLoadedError", "PageLoader", "GenerationCancelled"]
 
 log = logging.getLogger(__name__)
 
@@ -184,10 +184,17 @@ class LocalEngine(Engine):
         fused_norms: str = "auto",
         fused_rope: str = "auto",
         fused_proj: str = "auto",
-        decode_batch: int = 8,
+        decode_batch: int = 16,
         decode_gather_s: float = 0.003,
+        step_tokens: int | None = None,
+        step_tokens_decoding: int | None = None,
+        max_step_kv_bytes: int | None = 4 << 30,
         tokenizer: str | None = None,
     ):
+        """decode_batch: requests running at once (rows per step; 1 = one request at a time);
+        step_tokens / step_tokens_decoding: prompt tokens per step without / with decode rows
+        running (None: by device, see _STEP_TOKENS); max_step_kv_bytes: bound on the KV bytes the
+        running requests read per step (serving/scheduler.py)."""
         if decode_batch < 1:
             raise ValueError(f"decode_batch must be >= 1, got {decode_batch}")
         if not isinstance(model, LoadedModel):
@@ -214,14 +221,15 @@ class LocalEngine(Engine):
         self._docs: OrderedDict[str, DocKV] = OrderedDict()
         self._pins: dict[str, int] = {}
         self._lock = threading.RLock()
-        # The model is not re-entrant on one device: serialise forwards.
-        self._forward_lock = threading.Lock()
-        # Concurrent generations share decode forwards (serving/decode_batcher.py). Eager
-        # query mode only: static slots (CUDA graphs) hold one query per document at a
-        # time, so there a generation keeps the forward lock from prompt to last token.
-        self._batcher: DecodeBatcher | None = None
-        if decode_batch > 1 and self.runner.query_mode == "eager":
-            self._batcher = DecodeBatcher(self._run_decode_batch, max_batch=decode_batch, gather_s=decode_gather_s)
+        # Every forward runs on the scheduler's thread: each step one packed forward over the
+        # decode rows and prompt chunks of all running requests (serving/scheduler.py).
+        auto = _STEP_TOKENS["cuda" if self.runner.device.type == "cuda" else "cpu"]
+        step_tokens, step_tokens_decoding = step_tokens or auto[0], step_tokens_decoding or auto[1]
+        self.scheduler = Scheduler(lambda rows: run_rows(self.runner, rows), max_rows=decode_batch,
+                                   step_tokens=step_tokens, step_tokens_decoding=step_tokens_decoding,
+                                   max_step_kv_bytes=max_step_kv_bytes, gather_s=decode_gather_s)
+        # Static decode rows (GPU path) per document and table width: one per running request.
+        self.runner.batch_rows = min(decode_batch, 64)
         self._end_ids: set[int] | None = None
         self._tok_strings: list[str] = []
         self.stats = {"prefills": 0, "prefill_tokens": 0, "cache_hits": 0, "cache_misses": 0, "loads": 0}
@@ -232,8 +240,11 @@ class LocalEngine(Engine):
 
     def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True) -> PrefillResult:
         t0 = time.perf_counter()
-        with self._forward_lock:
-            kv = self.runner.prefill(doc.token_ids, progress=progress)
+        # One scheduler job per chunk: running requests keep stepping between chunks.
+        chunks = self.runner.iter_prefill(doc.token_ids, progress=progress)
+        kv = None
+        while (part := self.scheduler.call(lambda: next(chunks, None))) is not None:
+            kv = part
         dt = time.perf_counter() - t0
         kv.token_ids = list(doc.token_ids)
         self.stats["prefills"] += 1
@@ -254,14 +265,15 @@ class LocalEngine(Engine):
 
     def describe(self) -> dict:
         r = self.runner
-        b = self._batcher
-        batching = {"max_rows": b.max_batch, "forwards": b.stats.batches, "steps": b.stats.steps,
-                    "largest": b.stats.max_rows, "fallbacks": b.stats.fallbacks} if b else None
+        sched = self.scheduler.describe()
+        # The names /metrics exports (entrypoints/metrics.py): forwards and the rows they carried.
+        batching = {"max_rows": sched["max_rows"], "forwards": sched["steps"], "steps": sched["rows"],
+                    "largest": sched["max_rows_seen"], "fallbacks": sched["fallbacks"]}
         return {"engine": self.kind, "device": str(r.device), "dtype": str(r.dtype).replace("torch.", ""),
                 "query_mode": r.query_mode, "fused_norms": len(r.norms.fused) if r.norms else 0,
                 "fused_rope": len(r.rope.fused) if r.rope else 0,
                 "fused_proj": len(r.proj.fused) if r.proj else 0,
-                "decode_batching": batching, "slot_kernels": first_call_results(),
+                "scheduler": sched, "decode_batching": batching, "slot_kernels": first_call_results(),
                 "kv_bytes_per_token": r.layout.kv_bytes_per_token(r.dtype), "cached_contexts": len(self._docs),
                 "cached_bytes": self.cached_bytes()}
 
@@ -292,17 +304,52 @@ class LocalEngine(Engine):
         return kv
 
     # ------------------------------------------------------------------ generation
-    def generate(self, req: GenerateRequest, on_text: Callable[[str], None] | None = None) -> GenerateResult:
+    def generate(self, req: GenerateRequest, on_text: Callable[[str], None] | None = None,
+                 cancel: threading.Event | None = None) -> GenerateResult:
+        """Generate through the scheduler. Setting ``cancel`` drops the request's pending work and
+        raises GenerationCancelled in this call (a stream whose consumer went away)."""
         self.check_request(req)
         t0 = time.perf_counter()
         kv = self._lookup(req.context_id, req.tenant)
         with self._lock:
             self._pins[req.context_id] = self._pins.get(req.context_id, 0) + 1
         try:
-            return self._generate(kv, req, on_text, t0)
+            return self._generate(kv, req, on_text, t0, cancel)
         finally:
             with self._lock:
                 self._pins[req.context_id] -= 1
+
+    def stream(self, req: GenerateRequest) -> Iterator[str]:
+        """Yield text deltas; when the consumer stops early, the generation is cancelled."""
+        import queue
+
+        q: queue.Queue = queue.Queue()
+        done, cancel = object(), threading.Event()
+
+        def run():
+            try:
+                self.generate(req, on_text=q.put, cancel=cancel)
+            except GenerationCancelled:
+                pass
+            except Exception as exc:  # relayed to the consumer below
+                q.put(exc)
+            q.put(done)
+
+        threading.Thread(target=run, daemon=True).start()
+        try:
+            while (item := q.get()) is not done:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            cancel.set()
+
+    def _open(self, kv: DocKV, tokens: int, pages, cancel=None):
+        """A scheduler sequence for one request reading ``pages`` of kv plus ``tokens`` of its own."""
+        slot = kv.slot_lens().tolist()
+        attended = kv.num_tokens if pages is None else int(sum(slot[p] for p in pages))
+        kv_bytes = self.runner.layout.kv_bytes_per_token(self.runner.dtype) * (attended + tokens)
+        return self.scheduler.open(kv_bytes=kv_bytes, cancel=cancel)
 
     def _copy_constraint(self, kv: DocKV, pages: list[int] | None) -> CopyConstraint:
         if kv.token_ids is None:
@@ -337,29 +384,30 @@ class LocalEngine(Engine):
         self.check_score_request(req)
         kv = self._lookup(req.context_id, req.tenant)
         runner = self.runner
-        pages = None if req.pages is None else sorted(set(req.pages))
+        pages = None if req.pages is None else runner.selected_pages(kv, req.pages)
         prompt_ids = self.tokenizer(req.prompt, add_special_tokens=False)["input_ids"]
+        options = [self.tokenizer(o, add_special_tokens=False)["input_ids"] for o in req.options]
+        for option, ids in zip(req.options, options):
+            if not ids:
+                raise ValueError(f"option {option!r} has no tokens")
         scores = []
-        with self._forward_lock:
+        with self._open(kv, len(prompt_ids) + max(map(len, options)), pages) as seq:
             base = runner.new_tail(kv)
-            first = torch.log_softmax(runner.extend(kv, base, prompt_ids, pages), -1)
-            for option in req.options:
-                ids = self.tokenizer(option, add_special_tokens=False)["input_ids"]
-                if not ids:
-                    raise ValueError(f"option {option!r} has no tokens")
+            first = torch.log_softmax(seq.run(Row(kv, base, prompt_ids, pages)), -1)
+            for ids in options:
                 tail = base.fork()
                 total = float(first[ids[0]])
                 if len(ids) > 1:
-                    logits = runner.extend(kv, tail, ids[:-1], pages, all_logits=True)
+                    logits = seq.run(Row(kv, tail, ids[:-1], pages, want="all"))
                     logp = torch.log_softmax(logits, -1)
                     total += float(logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].sum())
                 scores.append(total / len(ids) if req.per_token else total)
         return scores
 
-    def _generate(self, kv: DocKV, req: GenerateRequest, on_text, t0: float) -> GenerateResult:
+    def _generate(self, kv: DocKV, req: GenerateRequest, on_text, t0: float, cancel) -> GenerateResult:
         runner = self.runner
         prompt_ids = self.tokenizer(req.prompt, add_special_tokens=False)["input_ids"]
-        pages = None if req.pages is None else sorted(set(req.pages))
+        pages = None if req.pages is None else runner.selected_pages(kv, req.pages)
         stop_ids = runner.stop_token_ids()
         gen = torch.Generator().manual_seed(req.seed) if req.seed is not None else None
         tail = runner.new_tail(kv)
@@ -367,23 +415,17 @@ class LocalEngine(Engine):
         # Under a copy constraint only the allowed tokens' logits are computed (runner.logits_for):
         # argmax / sampling over them equals it over the full masked vector.
         want = copy.allowed_ids() if copy is not None else None
-        if self._batcher is None:
-            # One forward at a time, and this generation's from prompt to last token.
-            whole, prompt_lock, decoding = self._forward_lock, nullcontext(), nullcontext()
+        with self._open(kv, len(prompt_ids) + req.max_new_tokens, pages, cancel) as seq:
 
             def step(token: int, ids: list[int] | None) -> torch.Tensor:
-                return runner.extend(kv, tail, [token], pages, logit_ids=ids or None)
-        else:
-            whole, prompt_lock, decoding = nullcontext(), self._forward_lock, self._batcher.decoding()
+                return seq.run(Row(kv, tail, [token], pages, logit_ids=ids or None))
 
-            def step(token: int, ids: list[int] | None) -> torch.Tensor:
-                return self._batcher.step(DecodeItem(kv, tail, token, pages, ids or None))
-        with whole:
-            with prompt_lock:
-                logits = runner.extend(kv, tail, prompt_ids, pages, logit_ids=want or None)
-            with decoding:
+            try:
+                logits = seq.run(Row(kv, tail, prompt_ids, pages, logit_ids=want or None))
                 text, out, finish, ttft, emitted = self._decode(req, logits, step, copy, want, stop_ids, gen,
                                                                 on_text, t0)
+            finally:
+                release(tail)  # its batched decode row (GPU path), if it holds one
         if on_text is not None and len(text) > emitted:
             on_text(text[emitted:])
         total = time.perf_counter() - t0
@@ -401,10 +443,6 @@ class LocalEngine(Engine):
             total_s=total,
             finish_reason=finish,
         )
-
-    def _run_decode_batch(self, items: list[DecodeItem]) -> list[torch.Tensor]:
-        with self._forward_lock:
-            return self.runner.extend_batch(items)
 
     def _decode(self, req: GenerateRequest, logits: torch.Tensor, step, copy: CopyConstraint | None,
                 want: list[int] | None, stop_ids: set[int], gen, on_text, t0: float):
@@ -434,6 +472,12 @@ class LocalEngine(Engine):
 
 
 _QUOTE_END_CHARS = ('"', "\n", "\u201d")
+# Prompt tokens per scheduler step (without, with decode rows running), by device. CPU: small,
+# since a prompt token costs a few ms against ~80 ms for a decode step of the 270M model, and
+# 128 bound how long a new request waits for the step in flight (measured: BENCHMARKS §4g;
+# the head-of-line target is still missed there). CUDA: a step is launch-bound, so chunks up to
+# the query graphs' largest bucket cost little more than one token (not yet measured).
+_STEP_TOKENS = {"cpu": (128, 32), "cuda": (2048, 256)}
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:

@@ -33,6 +33,7 @@ from transformers.masking_utils import AttentionMaskInterface
 from agentctx.kernels import attend_selected, merge_attention
 from agentctx.kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
 from agentctx.kernels.tail_merge import attend_window
+from agentctx.serving.batch_slots import BatchSlots, BatchStaticStep, batch_static_attention
 from agentctx.serving.fused_norms import FusedNorms, install_norms, norms_active
 from agentctx.serving.fused_proj import FusedProj, install_proj, proj_active
 from agentctx.serving.fused_rope import FusedRope, install_rope, rope_active
@@ -48,8 +49,8 @@ from agentctx.serving.static_query import (
 from agentctx.serving.tokenize import stop_token_ids
 from agentctx.serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
 
-__all__ = ["ModelRunner", "DecodeItem", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL", "QUERY_MODES",
-           "FUSED_NORMS", "FUSED_ROPE", "SLIDING_PREFILL"]
+__all__ = ["ModelRunner", "PackedStep", "ExtendStep", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL",
+           "QUERY_MODES", "FUSED_NORMS", "FUSED_ROPE", "SLIDING_PREFILL"]
 
 log = logging.getLogger(__name__)
 ATTN_IMPL = "agentctx_paged"
@@ -75,7 +76,7 @@ _MAX_SLOT_SETS = 4  # static slot sets (table widths) kept per document
 
 
 @dataclass
-class _PrefillStep:
+class PrefillStep:
     doc: DocKV
     positions: torch.Tensor  # (T,) absolute positions of this chunk
     first_page: int  # page index where the chunk starts (chunks are page aligned)
@@ -83,7 +84,7 @@ class _PrefillStep:
 
 
 @dataclass
-class _ExtendStep:
+class ExtendStep:
     doc: DocKV
     tail: QueryTail
     positions: torch.Tensor  # (T,) positions of the new tokens
@@ -94,23 +95,16 @@ class _ExtendStep:
 
 
 @dataclass
-class _BatchStep:
-    """One decode token for each of several queries (maybe over different documents):
-    the projections and MLPs run batched, attention runs row by row on each row's own
-    pages and tail."""
+class PackedStep:
+    """Several queries' new tokens packed into one sequence (serving/batch_forward.py).
 
-    rows: list[_ExtendStep]
+    Row r owns tokens ``spans[r] = (start, end)`` of the packed forward; the projections,
+    norms and MLPs run over all of them at once, attention runs row by row on each row's
+    own pages and tail (rows may be over different documents and plans, and may carry one
+    decode token or a prompt chunk)."""
 
-
-@dataclass
-class DecodeItem:
-    """One query's next decode step, for :meth:`ModelRunner.extend_batch`."""
-
-    doc: DocKV
-    tail: QueryTail
-    token: int
-    pages: list[int] | None = None
-    logit_ids: list[int] | None = None  # only these tokens' logits (see ModelRunner.logits_for)
+    rows: list[ExtendStep]
+    spans: list[tuple[int, int]]
 
 
 _STEP: contextvars.ContextVar = contextvars.ContextVar("agentctx_step", default=None)
@@ -119,7 +113,7 @@ _STEP: contextvars.ContextVar = contextvars.ContextVar("agentctx_step", default=
 def _paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers attention hook. query (B, Hq, T, D), key/value (B, Hkv, T, D) after RoPE.
 
-    B is 1 except under a _BatchStep, whose rows are attended one by one.
+    B is 1; under a PackedStep the T tokens belong to several rows, attended one by one.
     """
     step = _STEP.get()
     if step is None:
@@ -127,34 +121,51 @@ def _paged_attention(module, query, key, value, attention_mask, scaling=None, dr
     layer = module.layer_idx
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
     softcap = kwargs.get("softcap") or getattr(module, "attn_logit_softcapping", None)
-    rows = step.rows if isinstance(step, _BatchStep) else [step]
-    outs = []
-    for b, row in enumerate(rows):
-        q = query[b].transpose(0, 1)  # (T, Hq, D)
-        k = key[b].transpose(0, 1)  # (T, Hkv, D)
-        v = value[b].transpose(0, 1)
-        if isinstance(row, StaticStep):
-            outs.append(static_attention(row, layer, q, k, v, scale, softcap))
-            continue
-        layout = row.doc.layout
-        if layer in layout.sliding_layers:
-            outs.append(_sliding(row, layer, q, k, v, scale, softcap, layout.window))
-        elif isinstance(row, _PrefillStep):
-            outs.append(_global_prefill(row, layer, q, k, v, scale, softcap))
-        else:
-            outs.append(_global_extend(row, layer, q, k, v, scale, softcap))
-    # One row (every forward but a batched decode) stays a view: no extra kernel in graphs.
-    return (outs[0].unsqueeze(0) if len(outs) == 1 else torch.stack(outs)), None  # (B, T, Hq, D)
+    if isinstance(step, PackedStep):
+        outs = []
+        for row, (s, e) in zip(step.rows, step.spans):
+            q, k, v = (x[0, :, s:e].transpose(0, 1) for x in (query, key, value))
+            if layer in row.doc.layout.sliding_layers:
+                outs.append(_sliding(row, layer, q, k, v, scale, softcap, row.doc.layout.window))
+            else:
+                outs.append(_global_extend(row, layer, q, k, v, scale, softcap))
+        return torch.cat(outs).unsqueeze(0), None  # (1, T, Hq, D)
+    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (T, H, D)
+    if isinstance(step, StaticStep):
+        out = static_attention(step, layer, q, k, v, scale, softcap)
+    elif isinstance(step, BatchStaticStep):
+        out = batch_static_attention(step, layer, q, k, v, scale, softcap)
+    elif layer in step.doc.layout.sliding_layers:
+        out = _sliding(step, layer, q, k, v, scale, softcap, step.doc.layout.window)
+    elif isinstance(step, PrefillStep):
+        out = _global_prefill(step, layer, q, k, v, scale, softcap)
+    else:
+        out = _global_extend(step, layer, q, k, v, scale, softcap)
+    return out.unsqueeze(0), None  # (1, T, Hq, D), a view: no extra kernel in graphs
+
+
+def _last(parts: list[torch.Tensor], n: int) -> list[torch.Tensor]:
+    """Views of the last n entries (dim 0) of the concatenation of parts, without concatenating."""
+    out = []
+    for t in reversed(parts):
+        if n <= 0:
+            break
+        out.append(t[-n:] if t.shape[0] > n else t)
+        n -= t.shape[0]
+    return out[::-1]
 
 
 def _sliding(step, layer, q, k, v, scale, softcap, window):
     doc = step.doc
     wk = doc.window_k.get(layer)
-    if isinstance(step, _ExtendStep):
+    if isinstance(step, ExtendStep):
         tail = step.tail
-        prev_k = [t for t in (wk, tail.k.get(layer)) if t is not None]
-        prev_v = [t for t in (doc.window_v.get(layer), tail.v.get(layer)) if t is not None]
-        prev_pos = [p for p in (doc.window_pos, tail.positions(q.device)) if p is not None]
+        # The new tokens see at most the W - 1 tokens before them: attend only those (a long
+        # prompt's later chunks would otherwise read, and copy, its whole tail in every layer).
+        keep = window - 1
+        prev_k = _last([t for t in (wk, tail.k.get(layer)) if t is not None], keep)
+        prev_v = _last([t for t in (doc.window_v.get(layer), tail.v.get(layer)) if t is not None], keep)
+        prev_pos = _last([p for p in (doc.window_pos, tail.positions(q.device)) if p is not None], keep)
         keys, vals = torch.cat(prev_k + [k]), torch.cat(prev_v + [v])
         kpos = torch.cat(prev_pos + [step.positions])
         tail.k[layer] = k if layer not in tail.k else torch.cat([tail.k[layer], k])
@@ -179,7 +190,7 @@ def _sliding(step, layer, q, k, v, scale, softcap, window):
     return out
 
 
-def _global_prefill(step: _PrefillStep, layer, q, k, v, scale, softcap):
+def _global_prefill(step: PrefillStep, layer, q, k, v, scale, softcap):
     doc, p = step.doc, step.doc.page_size
     n_prev = step.first_page * p
     # Earlier pages are contiguous and full: a view, not a gather.
@@ -196,7 +207,7 @@ def _global_prefill(step: _PrefillStep, layer, q, k, v, scale, softcap):
     return out.to(q.dtype)
 
 
-def _global_extend(step: _ExtendStep, layer, q, k, v, scale, softcap):
+def _global_extend(step: ExtendStep, layer, q, k, v, scale, softcap):
     doc, tail = step.doc, step.tail
     o_pages, l_pages = attend_selected(
         q.unsqueeze(0),
@@ -318,6 +329,10 @@ class ModelRunner:
         self.fused_proj = bool(self.proj and self.proj.fused)
         # On CPU the output head runs as weight @ hidden.T (see _cpu_head); False = lm_head(hidden).
         self.cpu_head_left = True
+        # Static decode rows per document and table width, and each row's tail capacity
+        # (serving/batch_slots.py; the engine sets the rows to its scheduler's max_rows).
+        self.batch_rows = 16
+        self.batch_tail_tokens = 1024
 
     def _install_fusion(self, setting: str, mode: str, install, what: str, triton: bool = True):
         """Install one fusion (fused_norms / fused_rope / fused_proj) per its auto | on | off setting.
@@ -390,6 +405,13 @@ class ModelRunner:
     @torch.inference_mode()
     def prefill(self, token_ids, progress: bool = True) -> DocKV:
         """Chunked prefill of a whole document. token_ids: sequence of ints, length N."""
+        *_, doc = self.iter_prefill(token_ids, progress)
+        return doc
+
+    @torch.inference_mode()
+    def iter_prefill(self, token_ids, progress: bool = True):
+        """The same prefill, one chunk per iteration (the scheduler interleaves them with its
+        steps): yields the DocKV after each chunk; it is complete after the last one."""
         ids = torch.as_tensor(token_ids, dtype=torch.long).view(-1)
         n = ids.numel()
         if n == 0:
@@ -411,14 +433,16 @@ class ModelRunner:
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
             pos = torch.arange(start, end, device=self.device)
-            step = _PrefillStep(doc=doc, positions=pos, first_page=start // self.page_size, sliding=sliding)
+            step = PrefillStep(doc=doc, positions=pos, first_page=start // self.page_size, sliding=sliding)
             hidden = self._hidden(ids[start:end], pos, step)
             if self.layout.sliding_layers:
                 doc.window_pos = torch.arange(max(0, end - self.layout.window), end, device=self.device)
             bar.update(end - start)
+            if end < n:
+                yield doc
         bar.close()
         doc.last_logits = self.logits_from_hidden(hidden[-1:])[0]
-        return doc
+        yield doc
 
     # ------------------------------------------------------------------ queries
     @staticmethod
@@ -459,7 +483,7 @@ class ModelRunner:
         table, count = self.block_table(doc, pages)
         start = tail.start + tail.length
         pos = torch.arange(start, start + ids.numel(), device=self.device)
-        step = _ExtendStep(doc, tail, pos, table, count, doc.slot_lens(), self.kernel_impl)
+        step = ExtendStep(doc, tail, pos, table, count, doc.slot_lens(), self.kernel_impl)
         hidden = self._hidden(ids, pos, step)
         tail.length += ids.numel()
         if all_logits:
@@ -467,46 +491,6 @@ class ModelRunner:
         if logit_ids is not None:
             return self.logits_for(hidden[-1], logit_ids)
         return self.logits_from_hidden(hidden[-1:])[0]
-
-    @torch.inference_mode()
-    def extend_batch(self, items: list[DecodeItem]) -> list[torch.Tensor]:
-        """One decode token for each item in one forward; returns each item's logits as extend would.
-
-        The weights are read once for all rows (a CPU decode step of a small model is mostly
-        weight reads: the 270M model's output matrix alone is 670 MB in fp32), while each row
-        attends only its own pages and tail. Eager query mode only: static slots are bound to
-        one query at a time. Tails are updated only if the whole forward succeeds.
-        """
-        if not items:
-            return []
-        if self.query_mode != "eager" or any(it.tail.static is not None for it in items):
-            raise ValueError("extend_batch needs eager query tails (query_mode='eager')")
-        if len({id(it.tail) for it in items}) != len(items):
-            raise ValueError("extend_batch got the same query tail twice")
-        rows, positions = [], []
-        for it in items:
-            if it.logit_ids is not None and len(it.logit_ids) == 0:
-                raise ValueError("logit_ids must be a non-empty list")
-            table, count = self.block_table(it.doc, it.pages)
-            pos = torch.tensor([it.tail.start + it.tail.length], device=self.device)
-            # Each row writes a copy of its tail's dicts: a failed forward leaves the tails as they were.
-            shadow = QueryTail(it.tail.start, dict(it.tail.k), dict(it.tail.v), it.tail.length)
-            rows.append(_ExtendStep(it.doc, shadow, pos, table, count, it.doc.slot_lens(), self.kernel_impl))
-            positions.append(pos)
-        ids = torch.tensor([[it.token] for it in items], dtype=torch.long)
-        hidden = self._hidden_rows(ids, torch.stack(positions), _BatchStep(rows))[:, -1]  # (B, hidden)
-        for it, row in zip(items, rows):
-            it.tail.k, it.tail.v = row.tail.k, row.tail.v
-            it.tail.length += 1
-        full = [i for i, it in enumerate(items) if it.logit_ids is None]
-        out: list[torch.Tensor | None] = [None] * len(items)
-        if full:
-            for i, logits in zip(full, self.logits_from_hidden(hidden[full])):
-                out[i] = logits
-        for i, it in enumerate(items):
-            if it.logit_ids is not None:
-                out[i] = self.logits_for(hidden[i], it.logit_ids)
-        return out
 
     def _extend_static(self, doc: DocKV, tail: QueryTail, ids: list[int], pages, all_logits: bool):
         """The static-slot path of extend; None when this call must run eagerly instead.
@@ -516,14 +500,7 @@ class ModelRunner:
         """
         sel = self.selected_pages(doc, pages)
         if tail.static is None:
-            width = table_width(len(sel))
-            qs = doc.query_slots.pop(width, None)  # re-inserted below: dict order is LRU order
-            if qs is None:
-                if len(doc.query_slots) >= _MAX_SLOT_SETS:
-                    doc.query_slots.pop(next(iter(doc.query_slots)))
-                qs = QuerySlots(self, doc, width, self.static_tail_tokens)
-            doc.query_slots[width] = qs
-            qs.bind(tail)
+            self.query_slots_for(doc, table_width(len(sel))).bind(tail)
         qs = tail.static.slots
         if tail.length + len(ids) + BUCKETS[-1] > qs.capacity or len(sel) > qs.width:
             qs.materialize(tail)
@@ -531,6 +508,23 @@ class ModelRunner:
         qs.check(tail)
         qs.load_pages(sel)
         return qs.run(tail, ids, all_logits)
+
+    def query_slots_for(self, doc: DocKV, width: int) -> QuerySlots:
+        """The document's static query slots for a table width (made on first use; LRU-bounded)."""
+        qs = doc.query_slots.pop(width, None)  # re-inserted below: dict order is LRU order
+        if qs is None:
+            if len(doc.query_slots) >= _MAX_SLOT_SETS:
+                doc.query_slots.pop(next(iter(doc.query_slots)))
+            qs = QuerySlots(self, doc, width, self.static_tail_tokens)
+        doc.query_slots[width] = qs
+        return qs
+
+    def batch_slots_for(self, doc: DocKV, width: int) -> BatchSlots:
+        """The document's static decode rows for a table width (serving/batch_slots.py)."""
+        bs = doc.batch_slots.get(width)
+        if bs is None:
+            bs = doc.batch_slots[width] = BatchSlots(self, doc, width, self.batch_rows, self.batch_tail_tokens)
+        return bs
 
     def new_tail(self, doc: DocKV) -> QueryTail:
         return QueryTail(start=doc.num_tokens)

@@ -68,6 +68,8 @@ class DocKV:
     # Static query buffers and CUDA graphs by block-table width (serving.static_query); they
     # live and die with the document.
     query_slots: dict = field(default_factory=dict, repr=False, compare=False)
+    # Static decode rows of many queries by table width (serving.batch_slots), likewise.
+    batch_slots: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_pages(self) -> int:
@@ -100,7 +102,8 @@ class DocKV:
 
     def device_bytes(self) -> int:
         """KV bytes plus the static query buffers and graph memory kept with this document."""
-        return self.kv_bytes() + sum(qs.nbytes() for qs in self.query_slots.values())
+        slots = [*self.query_slots.values(), *self.batch_slots.values()]
+        return self.kv_bytes() + sum(qs.nbytes() for qs in slots)
 
     # -- store exchange -------------------------------------------------------------
     def page_tensor(self, i: int) -> torch.Tensor:
@@ -152,6 +155,8 @@ class QueryTail:
     # Set when the tail lives in preallocated static slots (serving.static_query.TailBinding);
     # then k/v above stay empty.
     static: object | None = None
+    # Set while the tail lives in a row of static decode buffers (serving.batch_slots.RowBinding).
+    batch: object | None = None
 
     def positions(self, device) -> torch.Tensor:
         return torch.arange(self.start, self.start + self.length, device=device)
@@ -163,4 +168,6 @@ class QueryTail:
         in place. Static tails share their slots: a fork writes only past the common length,
         so forks extended one after another each see the shared prefix intact.
         """
+        if self.batch is not None:
+            raise ValueError("a tail in a batched decode row cannot be forked")
         return QueryTail(self.start, dict(self.k), dict(self.v), self.length, self.static)

@@ -56,6 +56,9 @@ def build_engine(m: EngineConfig) -> Engine:
         fused_proj=m.fused_proj,
         decode_batch=m.decode_batch,
         decode_gather_s=m.decode_gather_s,
+        step_tokens=m.step_tokens,
+        step_tokens_decoding=m.step_tokens_decoding,
+        max_step_kv_bytes=m.max_step_kv_bytes,
     )
 
 

@@ -30,8 +30,9 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
+    from agentctx.serving.batch_forward import Row, run_rows
     from agentctx.serving.model_loader import load_model
-    from agentctx.serving.model_runner import DecodeItem, ModelRunner, _cpu_head
+    from agentctx.serving.model_runner import ModelRunner, _cpu_head
 
     loaded = load_model(args.model, device="cpu")
     runner = ModelRunner(loaded, page_size=256, prefill_chunk_tokens=1024)
@@ -65,7 +66,7 @@ def main() -> int:
                         if rows == 1:
                             runner.extend(doc, tails[0], [ids[i]], pages)
                         else:
-                            runner.extend_batch([DecodeItem(doc, t, ids[i + j], pages) for j, t in enumerate(tails)])
+                            run_rows(runner, [Row(doc, t, [ids[i + j]], tuple(pages)) for j, t in enumerate(tails)])
 
                     res[left] = timed(step, args.reps)
             print(f"  decode forward, {rows} row(s): lm_head {res[False] * 1e3:6.1f} ms  "

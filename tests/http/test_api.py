@@ -473,7 +473,8 @@ def test_metrics_exposition(stack, a, ctx_a):
     for needle in ('agentctx_http_requests_total{method="POST",route="/v1/contexts/{context_id}/query",status="200"}',
                    "agentctx_ttft_seconds_bucket", "agentctx_pages_attended_bucket", "agentctx_context_utilization",
                    "agentctx_generated_tokens_total", "agentctx_context_loads_total", "agentctx_replica_cache_hits",
-                   "agentctx_http_in_flight", "agentctx_replica_decode_steps_total"):
+                   "agentctx_http_in_flight", "agentctx_replica_decode_steps_total",
+                   "agentctx_replica_requests_running", "agentctx_replica_requests_waiting"):
         assert needle in text, needle
     assert "/v1/contexts/ctx-" not in text  # route templates only, never raw ids
 

@@ -1,0 +1,23 @@
+"""bench/bench_scheduler.py end to end on CPU with a tiny random model (static mode, no graphs):
+every case runs, rows share steps, and the head-of-line case reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.mark.timeout(300)
+def test_scheduler_bench_tiny_cpu(tmp_path):
+    from bench.bench_scheduler import main
+
+    out = main(["--model", "tiny-gemma3", "--tokens", "1024", "--agents", "1,4", "--budgets", "0.12,dense",
+                "--new-tokens", "4", "--prompt-tokens", "6", "--page-size", "64", "--recent-tokens", "64",
+                "--hol", "--hol-tokens", "600", "--out", str(tmp_path / "r.json")])
+    assert json.loads((tmp_path / "r.json").read_text())["tokens"] == 1024
+    by = {(r["budget"], r["agents"]): r for r in out["results"]}
+    assert set(by) == {("0.12", 1), ("0.12", 4), ("dense", 1), ("dense", 4)}
+    assert by[("0.12", 4)]["rows_per_step"] > 1 and by[("dense", 1)]["pages_each"] is None
+    assert all(r["tok_per_s"] > 0 and r["ttft_p99_ms"] >= r["ttft_p50_ms"] for r in out["results"])
+    assert out["head_of_line"]["busy_n"] >= 1
