@@ -33,7 +33,8 @@ def _c(name: str, plain: str, terms: str) -> Concept:
 
 CONCEPTS: tuple[Concept, ...] = (
     _c("assignment", r"\b(?:hand(?:ed|ing)?\s+(?:it\s+|the\s+\w+\s+)?over|pass(?:ed|ing)?\s+(?:it\s+|the\s+\w+\s+)?on|"
-       r"give\s+(?:it|the\s+\w+)\s+to|transfer(?:red|ring)?|someone\s+else)\b",
+       r"give\s+(?:it|the\s+\w+)\s+to|someone\s+else|transfer(?:red|ring)?\s+(?:it|this|the|our|my|its|their)\s+"
+       r"(?:licen[cs]e|agreement|contract|rights?|account|subscription|obligations))\b",
        "assign assignment transfer its rights and obligations"),
     _c("change_of_control", r"\b(?:bought|buys?|acquired?|acquisition|taken\s+over|takes?\s+over|take-?over|"
        r"merg(?:e|es|ed|er|ing)|new\s+owners?|sold\s+to)\b", "change of control merger acquisition"),
@@ -51,7 +52,7 @@ CONCEPTS: tuple[Concept, ...] = (
        "terminate termination"),
     _c("for_convenience", r"\b(?:no|without\s+(?:a|any))\s+(?:breach|reason|cause)\b|\bfor\s+any\s+reason\b",
        "terminate for convenience without cause"),
-    _c("notice_period", r"\b(?:advance|prior)\s+(?:warning|notice)\b|\bhow\s+much\s+notice\b|\bwarn(?:ing)?\b",
+    _c("notice_period", r"\b(?:advance|prior)\s+(?:warning|notice)\b|\bhow\s+much\s+(?:notice|warning)\b",
        "prior written notice days notice"),
     _c("insurance", r"\b(?:policy|cover(?:age)?|insured)\b[^?]{0,40}\b(?:sued|claims?|lawsuits?|damages?)\b|"
        r"\binsur", "insurance coverage policy limits"),
@@ -61,8 +62,9 @@ CONCEPTS: tuple[Concept, ...] = (
        r"|\blaw\s+(?:applies|governs)\b", "governed by the laws of governing law jurisdiction"),
     _c("venue", r"\b(?:which|what|where)\b[^?]{0,30}\b(?:court|courts|tribunal|forum)\b|\bwhere\b[^?]{0,30}\bsue\b",
        "exclusive jurisdiction venue courts of"),
-    _c("dispute", r"\b(?:disagree(?:ment)?s?|disputes?|argument|fall\s+out)\b", "dispute arbitration resolution"),
-    _c("confidentiality", r"\b(?:keep\s+(?:it\s+)?(?:secret|private|quiet)|not\s+(?:tell|share|reveal)|secret)\b",
+    _c("dispute", r"\b(?:disagree(?:ment)?s?|disputes?|fall\s+out)\b", "dispute arbitration resolution"),
+    _c("confidentiality", r"\b(?:keep\s+(?:[\w'-]+\s+){0,4}(?:secret|private|quiet)|"
+       r"not\s+(?:tell|share|reveal))\b",
        "confidential confidentiality disclose non-disclosure"),
     _c("liability_cap", r"\b(?:most|maximum|max|cap|ceiling|limit)\b[^?]{0,40}\b(?:owe|pay|lose|liable|damages|"
        r"responsible)\b|\bhow\s+much\s+could\b", "limitation of liability aggregate liability shall not exceed"),
@@ -73,7 +75,7 @@ CONCEPTS: tuple[Concept, ...] = (
     _c("refund", r"\b(?:money\s+back|refund|reimburse)", "refund reimbursement"),
     _c("audit", r"\b(?:check|inspect|look\s+at|examine)\b[^?]{0,30}\b(?:records|books|accounts|premises)\b",
        "audit inspection records"),
-    _c("export", r"\b(?:abroad|other\s+countries|overseas|outside\s+the\s+country|ship(?:ped)?\s+to)\b",
+    _c("export", r"\b(?:abroad|other\s+countries|overseas|outside\s+the\s+country)\b",
        "export control regulations"),
     _c("personal_data", r"\b(?:personal\s+(?:data|information|details)|privacy|about\s+(?:people|users|customers))\b",
        "personal data data protection privacy"),
@@ -92,7 +94,7 @@ CONCEPTS: tuple[Concept, ...] = (
        "sublicense sublicensable"),
     _c("survival", r"\b(?:after|once)\b[^?]{0,30}\b(?:ends?|ended|over|terminat\w+|expir\w+)\b[^?]{0,30}"
        r"\b(?:still|continue|remain)\b", "survive survival termination or expiration"),
-    _c("liquidated_damages", r"\b(?:fixed|set|agreed)\s+(?:amount|sum|penalty)\b|\bpenalt(?:y|ies)\b",
+    _c("liquidated_damages", r"\b(?:fixed|set|agreed)\s+(?:amount|sum|penalty)\b|\bpenalt(?:y|ies)\s+(?:for|if)\b",
        "liquidated damages penalty"),
     _c("limitation_period", r"\b(?:how\s+long|deadline|time\s+limit)\b[^?]{0,40}\b(?:claim|sue|bring)\b",
        "limitation period action must be brought within"),

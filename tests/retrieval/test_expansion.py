@@ -66,3 +66,15 @@ def test_expanded_query_blends_unit_vectors_and_extends_the_lexical_query():
     np.testing.assert_allclose(v, want / np.linalg.norm(want), rtol=1e-6)
     idx.expansion_weight = 0.0
     assert idx.expanded_query(q, qv)[0] == q and idx.expanded_query(q, qv)[1] is qv
+
+
+@pytest.mark.parametrize("question", [
+    "Which command-line argument sets the output directory?",
+    "Does the tool warn about deprecated flags?",
+    "Where is the API secret stored?",
+    "How do I transfer files to the server?",
+    "What is the performance penalty of enabling checksums?",
+    "Which files are shipped to users in the package?",
+])
+def test_technical_questions_with_contract_looking_words_gain_nothing(question):
+    assert expansion_terms(question) == ""
