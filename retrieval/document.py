@@ -155,12 +155,14 @@ class DocumentIndex:
         return self.num_tokens - (self.num_pages - 1) * self.page_size
 
     # ---------------------------------------------------------------- scoring
-    def expanded_query(self, query: str, qv: np.ndarray) -> tuple[str, np.ndarray]:
-        """The lexical query and the unit query vector, with the expansion's terms blended in."""
+    def expanded_query(self, query: str) -> tuple[str, np.ndarray]:
+        """The lexical query and the unit query vector: the question's, with the expansion's terms
+        added to the text and their embedding blended in (question and terms in one encoder call)."""
         terms = expansion_terms(query) if self.expansion_weight else ""
         if not terms:
-            return query, qv
-        v = qv + self.expansion_weight * self.embedder.embed_query(terms)
+            return query, self.embedder.embed_query(query)
+        qv, tv = self.embedder.embed_queries([query, terms])
+        v = qv + self.expansion_weight * tv
         return f"{query} {terms}", (v / max(float(np.linalg.norm(v)), 1e-12)).astype(qv.dtype)
 
     def passage_scores(self, query: str, qv: np.ndarray) -> np.ndarray:
@@ -205,11 +207,10 @@ class DocumentIndex:
         k = max(0, min(int(k), self.num_pages))
         t0 = time.perf_counter()
         # "dense" stays the plain cosine ablation; the product's hybrid method expands.
-        terms = expansion_terms(query) if method != "dense" and self.expansion_weight else ""
-        if terms:  # the question and its terms in one encoder call (it fills the memo)
-            self.embedder.embed_queries([query, terms])
-        qv = self.embedder.embed_query(query)
-        lex_query, qv = (query, qv) if method == "dense" else self.expanded_query(query, qv)
+        if method == "dense":
+            lex_query, qv = query, self.embedder.embed_query(query)
+        else:
+            lex_query, qv = self.expanded_query(query)
         t1 = time.perf_counter()
         if method == "lexical":
             scores = self.lexical.scores(lex_query)
