@@ -74,13 +74,12 @@ def run(size: str, budget: float, max_new_tokens: int, families: list[str] | Non
 
 
 def choose(options: list[dict], weight: float, prior: float) -> dict | None:
-    """The pick under (weight, prior): the same rule as agentctx.agents.answering."""
-    from agentctx.agents.answering import standardise
+    """The pick under (weight, prior): the agent's own rule (options are in retrieval's order)."""
+    from agentctx.agents.answering import choose_quote
 
     if not options:
         return None
-    z = standardise([o["model_score"] for o in options])
-    return max(zip(options, z), key=lambda oz: -prior * oz[0]["rank"] + weight * oz[1])[0]
+    return options[choose_quote([o["model_score"] for o in options], weight, prior)[0]]
 
 
 def summary(data: dict, weight: float | None = None, prior: float | None = None) -> list[dict]:
