@@ -131,14 +131,19 @@ async def list_runs(name: str, request: Request, limit: int = 100):
     return {"object": "list", "data": [_run_body(j) for j in jobs]}
 
 
-@router.get("/v1/pipelines/{name}/runs/{run_id}")
-async def get_run(name: str, run_id: str, request: Request):
-    svc, tenant = service_of(request), tenant_of(request)
+async def _find_run(svc, tenant: str, name: str, run_id: str) -> Job:
+    """The tenant's run ``run_id`` of pipeline ``name``, or 404 (also for a malformed name or id)."""
     if not RUN_ID_RE.match(run_id) or not PIPELINE_NAME_RE.match(name):
         raise _not_found(run_id)
     job: Job | None = await wait(svc.jobs.get.remote(run_id, tenant))
     if job is None or job.pipeline != name:
         raise _not_found(run_id)
+    return job
+
+
+@router.get("/v1/pipelines/{name}/runs/{run_id}")
+async def get_run(name: str, run_id: str, request: Request):
+    job = await _find_run(service_of(request), tenant_of(request), name, run_id)
     return _run_body(job)
 
 
@@ -147,11 +152,7 @@ async def cancel_run(name: str, run_id: str, request: Request):
     """Cancel a queued or running run (its agents stop, its reference is released); a finished run
     is answered as it is. Poll the run until ``status`` is ``cancelled``."""
     svc, tenant = service_of(request), tenant_of(request)
-    if not RUN_ID_RE.match(run_id) or not PIPELINE_NAME_RE.match(name):
-        raise _not_found(run_id)
-    job: Job | None = await wait(svc.jobs.get.remote(run_id, tenant))
-    if job is None or job.pipeline != name:
-        raise _not_found(run_id)
+    await _find_run(svc, tenant, name, run_id)
     job = await wait(svc.jobs.cancel.remote(run_id, tenant))
     if job is None:
         raise _not_found(run_id)
