@@ -254,6 +254,17 @@ def dep5_licence(text: str) -> str:
     return ", ".join(uniq[:6]) + (" ..." if len(uniq) > 6 else "")
 
 
+def unpack_deb(pkg: str, debs: Path, work: Path) -> tuple[Path, str]:
+    """Unpack the downloaded ``.deb`` of ``pkg`` (in ``debs``) under ``work/root/pkg``: (root, version)."""
+    deb = sorted(debs.glob(f"{pkg}_*.deb"))[-1]
+    ver = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    root = work / "root" / pkg
+    root.mkdir(parents=True)
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    return root, ver
+
+
 def debian_copyright(tok, work: Path) -> dict:
     q = subprocess.run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${Status}\n"],
                        capture_output=True, text=True, check=True).stdout
@@ -277,12 +288,7 @@ def debian_copyright(tok, work: Path) -> dict:
     if extra:
         subprocess.run(["apt-get", "download", *extra], cwd=debs, check=True)
     for pkg in extra:
-        deb = sorted(debs.glob(f"{pkg}_*.deb"))[-1]
-        ver = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True,
-                             check=True).stdout.strip()
-        root = work / "root" / pkg
-        root.mkdir(parents=True)
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+        root, ver = unpack_deb(pkg, debs, work)
         path = root / f"usr/share/doc/{pkg}/copyright"
         if path.parent.is_symlink() or path.is_symlink() or not path.is_file():
             continue
@@ -375,13 +381,7 @@ def gnu_manuals(tok, work: Path) -> dict:
             break
         if pkg not in unpacked:
             subprocess.run(["apt-get", "download", pkg], cwd=debs, check=True)
-            deb = sorted(debs.glob(f"{pkg}_*.deb"))[-1]
-            ver = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True,
-                                 check=True).stdout.strip()
-            root = work / "root" / pkg
-            root.mkdir(parents=True)
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
-            unpacked[pkg] = (root, ver)
+            unpacked[pkg] = unpack_deb(pkg, debs, work)
         root, ver = unpacked[pkg]
         text, paths, raws = read_info(root, stem)
         col.add(f"GNU manual: {stem}.info from Debian package {pkg} {ver}", text, {
