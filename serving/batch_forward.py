@@ -6,8 +6,9 @@ be over different documents and different page sets. :func:`run_rows` packs ever
 tokens into one sequence (1, sum T) and runs the model once over it: embeddings, norms,
 projections and MLPs see all tokens together, so the weights are read once per step; the
 attention hook (``ModelRunner``'s ``PackedStep``) attends each row's span over that row's own
-pages and tail. Positions are each row's own (RoPE is per token), so a row computes what it
-would alone, up to floating-point rounding of the larger matrix products.
+pages and tail, the one-token rows of a document together (serving/packed_attention.py).
+Positions are each row's own (RoPE is per token), so a row computes what it would alone, up
+to floating-point rounding of the larger matrix products.
 
 In static and CUDA-graph query mode (the GPU path) decode rows run in static batched rows
 (serving/batch_slots.py): one forward (a graph replay) for all decode rows over one document
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from agentctx.serving.batch_slots import BatchSlots
-from agentctx.serving.model_runner import ExtendStep, ModelRunner, PackedStep
+from agentctx.serving.model_runner import ModelRunner
+from agentctx.serving.packed_attention import ExtendStep, PackedStep, decode_groups
 from agentctx.serving.paged_kv import DocKV, QueryTail
 from agentctx.serving.static_query import BUCKETS, table_width
 
@@ -166,7 +168,8 @@ def _packed(runner: ModelRunner, rows: list[Row]) -> list[torch.Tensor | None]:
         positions.append(pos)
         start += n
     packed_ids = torch.tensor(ids, dtype=torch.long).view(1, -1)
-    hidden = runner._hidden_rows(packed_ids, torch.cat(positions).view(1, -1), PackedStep(steps, spans))[0]
+    groups = decode_groups(steps, spans, runner.config.num_attention_heads) if runner.group_decode_rows else []
+    hidden = runner._hidden_rows(packed_ids, torch.cat(positions).view(1, -1), PackedStep(steps, spans, groups))[0]
     for r, st in zip(rows, steps):
         r.tail.k, r.tail.v = st.tail.k, st.tail.v
         r.tail.length += len(r.token_ids)

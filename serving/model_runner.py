@@ -38,6 +38,7 @@ from agentctx.serving.fused_norms import FusedNorms, install_norms, norms_active
 from agentctx.serving.fused_proj import FusedProj, install_proj, proj_active
 from agentctx.serving.fused_rope import FusedRope, install_rope, rope_active
 from agentctx.serving.model_loader import LoadedModel
+from agentctx.serving.packed_attention import ExtendStep, PackedStep, attend_group
 from agentctx.serving.paged_kv import DocKV, LayerLayout, QueryTail
 from agentctx.serving.static_query import (
     BUCKETS,
@@ -83,30 +84,6 @@ class PrefillStep:
     sliding: str = "banded"  # sliding-layer path: see SLIDING_PREFILL
 
 
-@dataclass
-class ExtendStep:
-    doc: DocKV
-    tail: QueryTail
-    positions: torch.Tensor  # (T,) positions of the new tokens
-    block_table: torch.Tensor  # (1, M) int32 selected page indices, sorted
-    num_blocks: torch.Tensor  # (1,) int32
-    slot_lens: torch.Tensor  # (num_pages,) int32
-    kernel_impl: str
-
-
-@dataclass
-class PackedStep:
-    """Several queries' new tokens packed into one sequence (serving/batch_forward.py).
-
-    Row r owns tokens ``spans[r] = (start, end)`` of the packed forward; the projections,
-    norms and MLPs run over all of them at once, attention runs row by row on each row's
-    own pages and tail (rows may be over different documents and plans, and may carry one
-    decode token or a prompt chunk)."""
-
-    rows: list[ExtendStep]
-    spans: list[tuple[int, int]]
-
-
 _STEP: contextvars.ContextVar = contextvars.ContextVar("agentctx_step", default=None)
 
 
@@ -122,14 +99,7 @@ def _paged_attention(module, query, key, value, attention_mask, scaling=None, dr
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
     softcap = kwargs.get("softcap") or getattr(module, "attn_logit_softcapping", None)
     if isinstance(step, PackedStep):
-        outs = []
-        for row, (s, e) in zip(step.rows, step.spans):
-            q, k, v = (x[0, :, s:e].transpose(0, 1) for x in (query, key, value))
-            if layer in row.doc.layout.sliding_layers:
-                outs.append(_sliding(row, layer, q, k, v, scale, softcap, row.doc.layout.window))
-            else:
-                outs.append(_global_extend(row, layer, q, k, v, scale, softcap))
-        return torch.cat(outs).unsqueeze(0), None  # (1, T, Hq, D)
+        return _packed_attention(step, layer, query, key, value, scale, softcap), None
     q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (T, H, D)
     if isinstance(step, StaticStep):
         out = static_attention(step, layer, q, k, v, scale, softcap)
@@ -142,6 +112,31 @@ def _paged_attention(module, query, key, value, attention_mask, scaling=None, dr
     else:
         out = _global_extend(step, layer, q, k, v, scale, softcap)
     return out.unsqueeze(0), None  # (1, T, Hq, D), a view: no extra kernel in graphs
+
+
+def _packed_attention(step: PackedStep, layer, query, key, value, scale, softcap) -> torch.Tensor:
+    """(1, T, Hq, D): decode groups together (serving/packed_attention.py), other rows one by one."""
+    grouped = {i for g in step.groups for i in g.rows}
+    if not grouped:  # no decode group: each row's span, in order
+        outs = [_row_attention(row, layer, query, key, value, s, e, scale, softcap)
+                for row, (s, e) in zip(step.rows, step.spans)]
+        return torch.cat(outs).unsqueeze(0)
+    out = torch.empty(query.shape[2], query.shape[1], query.shape[3], dtype=query.dtype, device=query.device)
+    for g in step.groups:
+        q, k, v = (x[0].index_select(1, g.tokens).transpose(0, 1) for x in (query, key, value))
+        out.index_copy_(0, g.tokens, attend_group(g, step.rows, layer, q, k, v, scale, softcap).to(out.dtype))
+    for i, (row, (s, e)) in enumerate(zip(step.rows, step.spans)):
+        if i not in grouped:
+            out[s:e] = _row_attention(row, layer, query, key, value, s, e, scale, softcap)
+    return out.unsqueeze(0)
+
+
+def _row_attention(row: ExtendStep, layer, query, key, value, s, e, scale, softcap) -> torch.Tensor:
+    """One packed row's tokens [s, e) over its own pages and tail: (e - s, Hq, D)."""
+    q, k, v = (x[0, :, s:e].transpose(0, 1) for x in (query, key, value))
+    if layer in row.doc.layout.sliding_layers:
+        return _sliding(row, layer, q, k, v, scale, softcap, row.doc.layout.window)
+    return _global_extend(row, layer, q, k, v, scale, softcap)
 
 
 def _last(parts: list[torch.Tensor], n: int) -> list[torch.Tensor]:
@@ -329,6 +324,9 @@ class ModelRunner:
         self.fused_proj = bool(self.proj and self.proj.fused)
         # On CPU the output head runs as weight @ hidden.T (see _cpu_head); False = lm_head(hidden).
         self.cpu_head_left = True
+        # Eager packed steps attend their one-token rows together per document
+        # (serving/packed_attention.py); False = row by row, the reference path.
+        self.group_decode_rows = True
         # Static decode rows per document and table width, and each row's tail capacity
         # (serving/batch_slots.py; the engine sets the rows to its scheduler's max_rows).
         self.batch_rows = 16
