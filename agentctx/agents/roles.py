@@ -8,33 +8,13 @@ source (agentctx.citations).
 
 from __future__ import annotations
 
-import re
-
 from agentctx.agents.answering import answer_question, cite
 from agentctx.agents.base import Agent, AgentTask, register_role
 from agentctx.agents.review_steps import assess_risks, extract_clause, summarize_section
 from agentctx.context import Context
 from agentctx.findings import Answer, ClauseFinding, RiskAssessment, SectionSummary
-from agentctx.retrieval.policy import AttendPlan
 
 __all__ = ["Summarizer", "ClauseExtractor", "RiskAssessor", "QuestionAnswerer", "cite"]
-
-
-def _quote_source(plan: AttendPlan, max_pages: int = 4) -> list[int]:
-    """Best-ranked attended pages (a sink page counts when retrieval ranked it too)."""
-    if plan.retrieval is not None:
-        ranked = [int(p) for p in plan.retrieval.pages if int(p) in plan.pages]
-        if ranked:
-            return ranked[:max_pages]
-    return list(plan.pages_with("retrieved") + plan.pages_with("neighbor")) or list(plan.pages)
-
-
-def clause_candidate_pages(plan: AttendPlan) -> list[int]:
-    """Pages whose sentences a clause quote is picked from: the best-ranked retrieved pages plus
-    the always-attended sink pages. A contract's first page (its parties, often its preamble) is
-    a sink page that page-level retrieval rarely ranks: on 12 synthetic contracts the parties
-    clause had no correct candidate in 9 without it and 0 with it (bench/experiments/clause_pick.py)."""
-    return sorted(set(_quote_source(plan)) | set(plan.pages_with("sink")))
 
 
 @register_role
@@ -47,34 +27,6 @@ class Summarizer(Agent):
 
     def run(self, ctx: Context, task: AgentTask) -> SectionSummary:
         return summarize_section(self, ctx, task)
-
-
-_SENTENCE_END = re.compile(r"(?<=[.;])\s+(?=[A-Z(])|\n+")
-_CLAUSE_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d+)*\.?|\([a-z0-9]+\))\s+")
-
-
-def candidate_sentences(ctx: Context, pages: list[int], min_chars: int = 24) -> list[tuple[int, int]]:
-    """Char spans of the sentences (or lines) of the given pages, clause numbers stripped.
-
-    The previous extractor's candidates (line-based); kept for bench/experiments/clause_pick.py, which
-    measures page-level candidate sources on synthetic contracts."""
-    spans = []
-    for p in sorted(set(pages)):
-        start, end = ctx.char_spans[p]
-        chunk = ctx.text[start:end]
-        pos = 0
-        for m in list(_SENTENCE_END.finditer(chunk)) + [None]:
-            stop = m.start() if m else len(chunk)
-            piece = chunk[pos:stop]
-            lead = _CLAUSE_NUMBER.match(piece)
-            s = start + pos + (lead.end() if lead else 0)
-            e = start + stop
-            text = ctx.text[s:e].strip()
-            if len(text) >= min_chars and not text.isupper():
-                s += len(ctx.text[s:e]) - len(ctx.text[s:e].lstrip())
-                spans.append((s, s + len(text)))
-            pos = m.end() if m else len(chunk)
-    return list(dict.fromkeys(spans))
 
 
 @register_role

@@ -75,6 +75,18 @@ def test_neighbors_are_added_around_retrieved_pages():
     assert p.pages_with("neighbor") == (4, 6, 8)
 
 
+def test_sink_pages_stay_sink_when_ranked_and_take_no_top_k_slot():
+    def pol(sink_pages):
+        return SelectionPolicy(page_size_tokens=16, sink_pages=sink_pages, top_k_pages=4, recent_tokens=16,
+                               neighbor_pages=0)
+
+    p = plan_from_ranking([0, 5, 9, 14, 20, 25], 40, 16, pol(2))  # page 0 ranked first, yet a sink page
+    assert p.pages == (0, 1, 5, 9, 14, 20, 39)
+    assert p.reasons == ("sink", "sink", "retrieved", "retrieved", "retrieved", "retrieved", "recent")
+    no_sink = plan_from_ranking([12, 7], 40, 16, pol(0))
+    assert no_sink.pages_with("sink") == () and no_sink.pages_with("retrieved") == (7, 12)
+
+
 def test_budget_fills_by_rank_until_met():
     pol = SelectionPolicy(budget_tokens=6 * P, top_k_pages=None, recent_tokens=P)
     r = FakeRetriever([30, 10, 20, 11, 12, 13, 14], 40)
