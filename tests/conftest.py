@@ -6,6 +6,8 @@
   each test should use its own key namespace rather than flushing the database.
 * ``ray_local`` — ``ray.init(num_cpus=2, include_dashboard=False)`` once per
   session (Ray startup costs seconds), shut down at the end.
+* ``tiny_ckpt`` — a tiny random Gemma 3 checkpoint, once per session: what the HTTP
+  and reliability stacks serve (tests/_stack.py; the real-model tests use the embedded Gemma).
 
 A missing ``redis-server`` binary skips the tests that need it.
 """
@@ -130,3 +132,10 @@ def ray_local() -> Iterator[None]:
     yield None
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.factories import make_tiny_checkpoint  # torch and transformers: only when a test needs it
+
+    return make_tiny_checkpoint("gemma3_text", tmp_path_factory.mktemp("tiny-gemma") / "ckpt")

@@ -14,16 +14,15 @@ import time
 import httpx
 import pytest
 
-from tests.http._stack import CONTRACT, KEY_A, KEY_B, KEYS, sse_events, start_stack, stop_stack, tiny_config
+from tests._stack import CONTRACT, KEY_A, KEY_B, KEYS, running_stack, sse_events, tiny_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.redis]
 
 
 @pytest.fixture(scope="module")
 def stack(ray_local, redis_url, tiny_ckpt):
-    s = start_stack(tiny_config(tiny_ckpt, redis_url))
-    yield s
-    stop_stack(s)
+    with running_stack(tiny_config(tiny_ckpt, redis_url)) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

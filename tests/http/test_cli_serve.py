@@ -12,7 +12,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.http._stack import CONTRACT, free_port
+from tests._stack import CONTRACT, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

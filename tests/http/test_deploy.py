@@ -93,7 +93,7 @@ def test_serve_yaml_deploys_and_serves_healthz(ray_local, redis_url, tiny_ckpt):
     from ray.serve.context import _get_global_client
     from ray.serve.schema import ServeDeploySchema
 
-    from tests.http._stack import KEY_A, tiny_config
+    from tests._stack import KEY_A, tiny_config
 
     raw = yaml.safe_load((DEPLOY / "serve.yaml").read_text())
     cfg = tiny_config(tiny_ckpt, redis_url)

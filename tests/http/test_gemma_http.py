@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agentctx.entrypoints.cli import SAMPLE_CONTRACT
-from tests.http._stack import KEY_A, free_port, sse_events, start_stack, stop_stack
+from tests._stack import KEY_A, free_port, running_stack, sse_events
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.ray, pytest.mark.redis]
 
@@ -21,9 +21,8 @@ def stack(ray_local, redis_url):
         "store": {"redis_url": redis_url, "namespace": f"gemma-http-{free_port()}"},
         "serve": {"port": free_port(), "api_keys": {KEY_A: "acme"}},
     })
-    s = start_stack(cfg)
-    yield s
-    stop_stack(s)
+    with running_stack(cfg) as s:
+        yield s
 
 
 def test_query_and_openai_over_the_real_model(stack):

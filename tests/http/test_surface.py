@@ -12,8 +12,8 @@ import openai
 import pytest
 
 from agentctx.serving.tokenize import empty_document, render_chat_template
+from tests._stack import CONTRACT, KEY_A, KEY_B, running_stack, tiny_config
 from tests.factories import byte_tokenizer
-from tests.http._stack import CONTRACT, KEY_A, KEY_B, start_stack, stop_stack, tiny_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.redis]
 
@@ -25,11 +25,8 @@ def redis(redis_server_factory):
 
 @pytest.fixture(scope="module")
 def stack(ray_local, redis, tiny_ckpt):
-    s = start_stack(tiny_config(tiny_ckpt, redis.url))
-    yield s
-    if redis.proc is None:
-        redis.start()
-    stop_stack(s)
+    with running_stack(tiny_config(tiny_ckpt, redis.url), own_redis=redis) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

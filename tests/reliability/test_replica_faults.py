@@ -17,7 +17,7 @@ import httpx
 import pytest
 import ray
 
-from tests.http._stack import CONTRACT, KEY_A, sse_events, start_stack, stop_stack, tiny_config
+from tests._stack import CONTRACT, KEY_A, running_stack, sse_events, tiny_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.redis, pytest.mark.reliability]
 
@@ -32,9 +32,8 @@ def stack(ray_local, redis_url, tiny_ckpt):
     cfg = tiny_config(tiny_ckpt, redis_url, store={"lease_ttl_s": LEASE_TTL_S},
                       serve={"max_ongoing_requests": 16, "max_queued_requests": 64,
                              "request_timeout_s": REQUEST_TIMEOUT_S})
-    s = start_stack(cfg)
-    yield s
-    stop_stack(s)
+    with running_stack(cfg) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

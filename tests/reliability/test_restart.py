@@ -20,7 +20,7 @@ import pytest
 import ray
 
 from agentctx.kv_store.store import ACTOR_NAME
-from tests.http._stack import CONTRACT, KEY_A, start_stack, stop_stack, tiny_config
+from tests._stack import CONTRACT, KEY_A, start_stack, stop_stack, tiny_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.redis, pytest.mark.reliability]
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.http._stack import CONTRACT, KEY_A, start_stack, stop_stack, tiny_config
+from tests._stack import CONTRACT, KEY_A, running_stack, tiny_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.redis, pytest.mark.reliability]
 
@@ -28,11 +28,8 @@ def redis(redis_server_factory):
 def stack(ray_local, redis, tiny_ckpt):
     cfg = tiny_config(tiny_ckpt, redis.url, store={"lease_ttl_s": 3.0, "budget_bytes": BUDGET},
                       model={"device_cache_bytes": 600 << 10})
-    s = start_stack(cfg)
-    yield s
-    if redis.proc is None:
-        redis.start()
-    stop_stack(s)
+    with running_stack(cfg, own_redis=redis) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,18 @@
-"""A real HTTP stack for tests: Ray Serve on 127.0.0.1, tiny model, real Redis directory.
+"""A real HTTP stack for tests (tests/http, tests/reliability): Ray Serve on 127.0.0.1, tiny
+model, real Redis directory.
 
 ``start_stack(cfg)`` runs what ``agentctx serve`` runs (``agentctx.entrypoints.http.server.start_http``)
-inside the session's Ray; ``stop_stack`` deletes the apps and kills the
-namespace's actors so the next module starts clean.
+inside the session's Ray (the ``ray_local`` fixture); ``stop_stack`` deletes the apps and kills the
+namespace's actors so the next module starts clean. ``running_stack`` pairs the two for a
+module's ``stack`` fixture::
+
+    @pytest.fixture(scope="module")
+    def stack(ray_local, redis_url, tiny_ckpt):
+        with running_stack(tiny_config(tiny_ckpt, redis_url)) as s:
+            yield s
+
+What differs between modules stays in the module: the config (``tiny_config`` overrides, or the
+real model), and whether it runs its own redis-server that its tests kill (``own_redis``).
 """
 
 from __future__ import annotations
@@ -10,12 +20,18 @@ from __future__ import annotations
 import socket
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from agentctx.config import AgentctxConfig
+
+if TYPE_CHECKING:
+    from tests.conftest import RedisServer
 
 KEY_A = "key-acme-0123456789abcdef"
 KEY_B = "key-globex-0123456789abcdef"
@@ -113,6 +129,22 @@ def stop_stack(stack: Stack) -> None:
     except Exception:
         pass
     stack.rt.store.shutdown(kill_actor=True)
+
+
+@contextmanager
+def running_stack(cfg: AgentctxConfig, *, own_redis: RedisServer | None = None) -> Iterator[Stack]:
+    """``start_stack(cfg)``, then ``stop_stack`` when the block ends.
+
+    ``own_redis``: the module's own redis-server (``cfg.store.redis_url``), which its tests kill;
+    if one left it down, it is started again before the stop so that the stack's references are
+    released in Redis."""
+    stack = start_stack(cfg)
+    try:
+        yield stack
+    finally:
+        if own_redis is not None and own_redis.proc is None:
+            own_redis.start()
+        stop_stack(stack)
 
 
 def sse_events(lines) -> list[tuple[str | None, str]]:
