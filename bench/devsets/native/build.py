@@ -166,16 +166,22 @@ def _exclusion_sets() -> tuple[dict[str, set], list[set]]:
     return sources, [a for a in answers if a]
 
 
-def _excluded(text: str) -> str:
-    """Why a filler piece may not be used ("" if it may)."""
-    sources, answers = _exclusion_sets()
+def _copies_source(text: str) -> str:
+    """Why a filler member copies or varies a source document ("" if it does not)."""
+    sources, _ = _exclusion_sets()
     sh = _shingles(text)
     for key, ssh in sources.items():
         if len(sh & ssh) >= _MAX_SHARED * len(ssh):
             return f"copies or varies {key}"
-    if any(len(sh & a) >= _NEAR_COPY * len(a) for a in answers):
-        return "holds a near-copy of an answer sentence"
     return ""
+
+
+def _holds_answer(text: str) -> str:
+    """Why a filler piece holds a near-copy of an answer sentence ("" if it does not)."""
+    _, answers = _exclusion_sets()
+    sh = _shingles(text)
+    return "holds a near-copy of an answer sentence" if any(len(sh & a) >= _NEAR_COPY * len(a)
+                                                             for a in answers) else ""
 
 
 def _paragraph_cuts(text: str, every: int) -> list[int]:
@@ -190,8 +196,9 @@ def _paragraph_cuts(text: str, every: int) -> list[int]:
 @functools.lru_cache(maxsize=None)
 def filler_pieces() -> tuple[tuple[str, str, str, str], ...]:
     """``(family, title, text, why_left_out)`` of every filler piece beyond the dev prefix, in family
-    order: a whole member, or a part of about ``_SLICE_CHARS`` of a long manual (so that one
-    manual's GFDL appendix, which repeats GPL-3's termination sentences, drops alone)."""
+    order. A piece is a whole member, or a part of about ``_SLICE_CHARS`` of a GNU manual, so that
+    one manual's GFDL appendix (it repeats GPL-3's termination sentences) drops alone; a member that
+    copies or varies a source drops whole, all its parts with it."""
     out = []
     man = _manifest()
     for fam in _FAMILIES:
@@ -202,14 +209,15 @@ def filler_pieces() -> tuple[tuple[str, str, str, str], ...]:
             # A member runs from its separator line to the end of its text.
             head = src.index("\n\n", m["char_start"]) + 2
             text = src[m["char_start"]:head + m["chars"]]
-            if len(text) <= 2 * _SLICE_CHARS:
-                out.append((fam, m["title"], text, _excluded(text)))
+            copies = _copies_source(text)
+            if fam != "gnu-manuals" or len(text) <= 2 * _SLICE_CHARS:
+                out.append((fam, m["title"], text, copies or _holds_answer(text)))
                 continue
             cuts = _paragraph_cuts(text, _SLICE_CHARS) + [len(text)]
             for i, (a, b) in enumerate(zip(cuts, cuts[1:])):
                 part = text[a:b].rstrip("\n")
                 if part.strip():
-                    out.append((fam, f"{m['title']} (part {i + 1})", part, _excluded(part)))
+                    out.append((fam, f"{m['title']} (part {i + 1})", part, copies or _holds_answer(part)))
     return tuple(out)
 
 

@@ -75,6 +75,8 @@ def evaluate(doc, tok, budgets: list[float], cache: Path, recent_tokens: int = 2
                                           method=method)
                     p = plan(q.question, idx, idx.num_pages, idx.last_page_len, pol)
                     rec["hits"][str(b)] = any(all(pg in p.pages for pg in w) for w in wants)
+                if all(rec["hits"].values()):  # the best page's evidence is kept for misses only
+                    del rec["top_page"], rec["top_evidence"]
                 out.append(rec)
         finally:
             idx.expansion_weight = default_weight
