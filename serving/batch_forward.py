@@ -36,9 +36,11 @@ from agentctx.serving.static_query import BUCKETS, table_width
 
 __all__ = ["Row", "run_rows", "release", "LOGITS"]
 
-# What a row wants back: the last token's logits, every new token's (option scoring), or none
-# (a prompt chunk that is not the prompt's last).
-LOGITS = ("last", "all", "none")
+# What a row wants back: the last token's logits, every new token's (option scoring), none (a
+# prompt chunk that is not the prompt's last), or "greedy": the last token's logits where they
+# can decide a greedy pick, -inf elsewhere (their argmax is the full row's;
+# ``ModelRunner.greedy_from_hidden``), for requests that only take the argmax.
+LOGITS = ("last", "all", "none", "greedy")
 
 
 @dataclass
@@ -96,7 +98,7 @@ def _run_static(runner: ModelRunner, rows: list[Row]) -> list[torch.Tensor | Non
     out: list[torch.Tensor | None] = [None] * len(rows)
     decode: dict[int, tuple[BatchSlots, list[int]]] = {}
     for i, r in enumerate(rows):
-        bs = _decode_slots(runner, r) if len(r.token_ids) == 1 and r.want == "last" else None
+        bs = _decode_slots(runner, r) if len(r.token_ids) == 1 and r.want in ("last", "greedy") else None
         if bs is not None:
             decode.setdefault(id(bs), (bs, []))[1].append(i)
         else:
@@ -174,12 +176,14 @@ def _packed(runner: ModelRunner, rows: list[Row]) -> list[torch.Tensor | None]:
         r.tail.k, r.tail.v = st.tail.k, st.tail.v
         r.tail.length += len(r.token_ids)
     out: list[torch.Tensor | None] = [None] * len(rows)
-    # One output-head product for every row that wants its last token's full logits.
-    full = [i for i, r in enumerate(rows) if r.want == "last" and r.logit_ids is None]
-    if full:
-        last = torch.tensor([spans[i][1] - 1 for i in full], device=hidden.device)
-        for i, logits in zip(full, runner.logits_from_hidden(hidden.index_select(0, last))):
-            out[i] = logits
+    # One output-head product for every row that wants its last token's full logits, and one
+    # greedy head pass for those that take only the argmax.
+    for kind, head in (("last", runner.logits_from_hidden), ("greedy", runner.greedy_from_hidden)):
+        idx = [i for i, r in enumerate(rows) if r.want == kind and r.logit_ids is None]
+        if idx:
+            last = torch.tensor([spans[i][1] - 1 for i in idx], device=hidden.device)
+            for i, logits in zip(idx, head(hidden.index_select(0, last))):
+                out[i] = logits
     for i, r in enumerate(rows):
         s, e = spans[i]
         if r.want == "all":

@@ -415,13 +415,17 @@ class LocalEngine(Engine):
         # Under a copy constraint only the allowed tokens' logits are computed (runner.logits_for):
         # argmax / sampling over them equals it over the full masked vector.
         want = copy.allowed_ids() if copy is not None else None
+        # A plain greedy request takes only the argmax: its rows may skip the full output head
+        # (ModelRunner.greedy_from_hidden; the same tokens).
+        plain_greedy = copy is None and req.temperature <= 0 and (req.sampling is None or req.sampling.is_default)
+        kind = "greedy" if plain_greedy else "last"
         with self._open(kv, len(prompt_ids) + req.max_new_tokens, pages, cancel) as seq:
 
             def step(token: int, ids: list[int] | None) -> torch.Tensor:
-                return seq.run(Row(kv, tail, [token], pages, logit_ids=ids or None))
+                return seq.run(Row(kv, tail, [token], pages, "last" if ids else kind, logit_ids=ids or None))
 
             try:
-                logits = seq.run(Row(kv, tail, prompt_ids, pages, logit_ids=want or None))
+                logits = seq.run(Row(kv, tail, prompt_ids, pages, "last" if want else kind, logit_ids=want or None))
                 text, out, finish, ttft, emitted = self._decode(req, logits, step, copy, want, stop_ids, gen,
                                                                 on_text, t0)
             finally:

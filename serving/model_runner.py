@@ -37,6 +37,7 @@ from agentctx.serving.batch_slots import BatchSlots, BatchStaticStep, batch_stat
 from agentctx.serving.fused_norms import FusedNorms, install_norms, norms_active
 from agentctx.serving.fused_proj import FusedProj, install_proj, proj_active
 from agentctx.serving.fused_rope import FusedRope, install_rope, rope_active
+from agentctx.serving.greedy_head import GreedyHead
 from agentctx.serving.model_loader import LoadedModel
 from agentctx.serving.packed_attention import ExtendStep, PackedStep, attend_group
 from agentctx.serving.paged_kv import DocKV, LayerLayout, QueryTail
@@ -327,6 +328,10 @@ class ModelRunner:
         # Eager packed steps attend their one-token rows together per document
         # (serving/packed_attention.py); False = row by row, the reference path.
         self.group_decode_rows = True
+        # Greedy rows on a float32 CPU head go through an int8 pass that finds the argmax's few
+        # candidates (serving/greedy_head.py; 168 MB more for Gemma 3 270M, built on first use).
+        self.cpu_greedy_head = True
+        self._greedy_head: GreedyHead | None = None
         # Static decode rows per document and table width, and each row's tail capacity
         # (serving/batch_slots.py; the engine sets the rows to its scheduler's max_rows).
         self.batch_rows = 16
@@ -394,6 +399,19 @@ class ModelRunner:
         if self.cpu_head_left and _plain_fp32_cpu_linear(head, hidden):
             return self._final_softcap(_cpu_head(hidden, head.weight, head.bias))
         return self._final_softcap(head(hidden).float())
+
+    def greedy_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(T, vocab) fp32 rows whose argmax is that of ``logits_from_hidden(hidden)``: on CPU
+        float32 the exact logits of the few tokens an int8 pass cannot rule out, -inf elsewhere
+        (serving/greedy_head.py); elsewhere the full logits."""
+        head = self.model.lm_head
+        if not (self.cpu_greedy_head and _plain_fp32_cpu_linear(head, hidden)):
+            return self.logits_from_hidden(hidden)
+        if self._greedy_head is None:
+            cap = getattr(self.config, "final_logit_softcapping", None)
+            self._greedy_head = GreedyHead(head.weight.detach(), None if head.bias is None else head.bias.detach(),
+                                           softcap=cap)
+        return self._greedy_head.logits(hidden)
 
     def _final_softcap(self, logits: torch.Tensor) -> torch.Tensor:
         cap = getattr(self.config, "final_logit_softcapping", None)
