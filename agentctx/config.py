@@ -53,10 +53,11 @@ class ModelConfig(_Strict):
         3.0, ge=0, le=1000, description="How long a step waits for running requests to hand in their next token")
     step_tokens: int | None = Field(
         None, ge=1, description="Prompt tokens one scheduler step takes when no generation is decoding; "
-                                "None = by device (CPU 128, CUDA 2048)")
+                                "None = by device (CPU 64, CUDA 2048)")
     step_tokens_decoding: int | None = Field(
-        None, ge=1, description="Prompt tokens one step takes while generations decode (bounds how much a long "
-                                "prompt slows their next token); None = by device (CPU 32, CUDA 256)")
+        None, ge=1, description="Most prompt tokens one step takes while generations decode (bounds how much a "
+                                "long prompt slows their next token; the scheduler also keeps such a step within "
+                                "1.5x a decode-only step by measured costs); None = by device (CPU 32, CUDA 256)")
     max_step_kv_bytes: int | None = Field(
         4 << 30, ge=1, description="Bound on the KV bytes the running requests read per step (pages attended plus "
                                    "their own tokens); requests beyond it wait; None = no bound")

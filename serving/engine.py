@@ -476,12 +476,13 @@ class LocalEngine(Engine):
 
 
 _QUOTE_END_CHARS = ('"', "\n", "\u201d")
-# Prompt tokens per scheduler step (without, with decode rows running), by device. CPU: small,
-# since a prompt token costs a few ms against ~80 ms for a decode step of the 270M model, and
-# 128 bound how long a new request waits for the step in flight (measured: BENCHMARKS §4g;
-# the head-of-line target is still missed there). CUDA: a step is launch-bound, so chunks up to
-# the query graphs' largest bucket cost little more than one token (not yet measured).
-_STEP_TOKENS = {"cpu": (128, 32), "cuda": (2048, 256)}
+# Prompt tokens per scheduler step (without, with decode rows running), by device; beside decode
+# rows the scheduler also keeps a step within 1.5x a decode-only step by measured costs
+# (serving/scheduler.py). CPU: small, since a prompt token costs ~3 ms against ~50 ms for a
+# decode step of the 270M model on 2 cores, and 64 bounds how long a new request waits for the
+# step in flight (~0.2 s; BENCHMARKS §4g). CUDA: a step is launch-bound, so chunks up to the
+# query graphs' largest bucket cost little more than one token (not yet measured).
+_STEP_TOKENS = {"cpu": (64, 32), "cuda": (2048, 256)}
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:

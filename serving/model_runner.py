@@ -205,17 +205,24 @@ def _global_prefill(step: PrefillStep, layer, q, k, v, scale, softcap):
 
 def _global_extend(step: ExtendStep, layer, q, k, v, scale, softcap):
     doc, tail = step.doc, step.tail
-    o_pages, l_pages = attend_selected(
-        q.unsqueeze(0),
-        doc.k_pages[layer],
-        doc.v_pages[layer],
-        step.block_table,
-        step.num_blocks,
-        step.slot_lens,
-        scale,
-        softcap=softcap,
-        impl=step.kernel_impl,
-    )
+    if q.device.type == "cpu" and step.block_table.shape[1] == doc.num_pages:
+        # Every page on CPU: the pool read in place (dense attention over the document) instead
+        # of attend_selected's reference path, which gathers a copy of every page per layer.
+        flat_k = doc.k_pages[layer].view(-1, *k.shape[1:])[: doc.num_tokens]
+        flat_v = doc.v_pages[layer].view(-1, *v.shape[1:])[: doc.num_tokens]
+        o_pages, l_pages = (x.unsqueeze(0) for x in full_attention_lse(q, flat_k, flat_v, scale, softcap))
+    else:
+        o_pages, l_pages = attend_selected(
+            q.unsqueeze(0),
+            doc.k_pages[layer],
+            doc.v_pages[layer],
+            step.block_table,
+            step.num_blocks,
+            step.slot_lens,
+            scale,
+            softcap=softcap,
+            impl=step.kernel_impl,
+        )
     tk = k if layer not in tail.k else torch.cat([tail.k[layer], k])
     tv = v if layer not in tail.v else torch.cat([tail.v[layer], v])
     tail.k[layer], tail.v[layer] = tk, tv

@@ -12,9 +12,13 @@ is done. One scheduler thread owns every forward of the engine. Each step it
    longer than a fixed few ms, and a row that misses a step then runs alone in the next);
 3. takes, from the running requests, every pending decode token (one row each) and prompt
    tokens, shortest remaining prompt first, within ``step_tokens`` per step: prompts that
-   finish in this step whole, a chunk of a longer one with the rest, but at most
-   ``step_tokens_decoding`` when the step carries anyone else's next token, so a stream's next
-   token never waits behind a whole long prompt, nor a short question behind a long one;
+   finish in this step whole, a chunk of a longer one with the rest. When the step carries
+   anyone else's next token (decode rows, finishing prompts) that chunk is at most
+   ``step_tokens_decoding``, and at most what keeps the step within ``1 + decode_slowdown``
+   times a step of decode rows alone, by the costs the scheduler measures (a prompt token
+   costs ~3 ms on a 2-core CPU against ~50 ms for a decode step; microseconds on a GPU). So a
+   stream's next token never waits long behind a long prompt, nor a short question behind a
+   long one, and the long prompt still advances (at least ``min_chunk`` tokens a step);
 4. runs them as one packed forward (serving/batch_forward.py) and hands each request its
    result. If that forward fails, every row is re-run alone, so a bad request fails alone.
 
@@ -120,18 +124,26 @@ class Scheduler:
 
     def __init__(self, run_rows: Callable[[list[Row]], list], *, max_rows: int = 16, step_tokens: int = 512,
                  step_tokens_decoding: int = 64, max_step_kv_bytes: int | None = None, gather_s: float = 0.003,
-                 name: str = "agentctx-scheduler"):
+                 decode_slowdown: float | None = 0.5, min_chunk: int = 4, name: str = "agentctx-scheduler"):
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         if step_tokens < 1 or step_tokens_decoding < 1:
             raise ValueError("step_tokens and step_tokens_decoding must be >= 1")
         if gather_s < 0:
             raise ValueError(f"gather_s must be >= 0, got {gather_s}")
+        if decode_slowdown is not None and decode_slowdown <= 0:
+            raise ValueError(f"decode_slowdown must be > 0 or None, got {decode_slowdown}")
+        if min_chunk < 1:
+            raise ValueError(f"min_chunk must be >= 1, got {min_chunk}")
         if max_step_kv_bytes is not None and max_step_kv_bytes < 1:
             raise ValueError(f"max_step_kv_bytes must be >= 1 or None, got {max_step_kv_bytes}")
         self._run = run_rows
         self.max_rows, self.step_tokens, self.step_tokens_decoding = max_rows, step_tokens, step_tokens_decoding
         self.max_step_kv_bytes, self.gather_s, self.name = max_step_kv_bytes, gather_s, name
+        self.decode_slowdown, self.min_chunk = decode_slowdown, min_chunk
+        # Measured costs (exponential averages): a step of decode rows alone, and one prompt token.
+        self._decode_step_s: float | None = None
+        self._prompt_token_s: float | None = None
         self._cv = threading.Condition()
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
@@ -174,7 +186,10 @@ class Scheduler:
     def describe(self) -> dict:
         s = self.stats
         return {"max_rows": self.max_rows, "step_tokens": self.step_tokens,
-                "step_tokens_decoding": self.step_tokens_decoding, "max_step_kv_bytes": self.max_step_kv_bytes,
+                "step_tokens_decoding": self.step_tokens_decoding, "decoding_chunk": self.decoding_tokens(),
+                "decode_step_ms": None if self._decode_step_s is None else round(self._decode_step_s * 1000, 2),
+                "prompt_token_ms": None if self._prompt_token_s is None else round(self._prompt_token_s * 1000, 3),
+                "max_step_kv_bytes": self.max_step_kv_bytes,
                 **self.counts(), **vars(s)}
 
     def shutdown(self) -> None:
@@ -270,16 +285,24 @@ class Scheduler:
                 self.stats.cancelled += 1
                 self._cv.notify_all()
 
+    def decoding_tokens(self) -> int:
+        """Prompt tokens a step may carry beside running generations' next tokens."""
+        n = self.step_tokens_decoding
+        if self.decode_slowdown is not None and self._decode_step_s and self._prompt_token_s:
+            fit = int(self.decode_slowdown * self._decode_step_s / self._prompt_token_s)
+            n = min(n, max(self.min_chunk, fit))
+        return n
+
     def _compose(self) -> list[tuple[Sequence, _Work, int]]:
         """This step's rows: (sequence, work, tokens to take)."""
         pending = [s for s in self._running if s.work is not None and not s.work.finished]
         decode = [(s, s.work, 1) for s in pending if len(s.work.row.token_ids) == 1]
         prompts = sorted((s for s in pending if len(s.work.row.token_ids) > 1),
                          key=lambda s: (s.work.remaining, s.arrival))
-        # Prompts that finish in this step go whole (shortest first) within step_tokens; a
-        # chunk of a longer one takes the rest, but at most step_tokens_decoding when the step
-        # carries anyone else's next token (decode rows, finishing prompts): a long prompt then
-        # slows their step by a bounded amount.
+        # Prompts that finish in this step go whole (shortest first) within step_tokens; a chunk
+        # of a longer one takes the rest, but at most decoding_tokens() when the step carries
+        # anyone else's next token (decode rows, finishing prompts): a long prompt then slows
+        # their step by a bounded amount, while short new prompts still start at once.
         budget = self.step_tokens
         plan = list(decode)
         for s in prompts:
@@ -291,10 +314,23 @@ class Scheduler:
                 plan.append((s, s.work, rem))
                 budget -= rem
                 continue
-            n = min(budget, self.step_tokens_decoding if plan else budget)
+            n = min(budget, self.decoding_tokens() if plan else budget)
             plan.append((s, s.work, n))
             budget -= n
         return plan
+
+    def _measure(self, n_decode: int, n_prompt: int, seconds: float) -> None:
+        """Update the cost averages from a step that succeeded."""
+        def avg(old: float | None, new: float) -> float:
+            return new if old is None else 0.7 * old + 0.3 * new
+
+        if n_prompt == 0:
+            if n_decode:
+                self._decode_step_s = avg(self._decode_step_s, seconds)
+        elif n_decode and self._decode_step_s is not None:
+            self._prompt_token_s = avg(self._prompt_token_s, max(seconds - self._decode_step_s, 0.0) / n_prompt)
+        elif not n_decode and n_prompt >= 16:  # a prompt step alone: an upper estimate (it includes the weights' read)
+            self._prompt_token_s = avg(self._prompt_token_s, seconds / n_prompt)
 
     def _step(self, plan: list[tuple[Sequence, _Work, int]]) -> None:
         rows = [_chunk(w, n) for _, w, n in plan]
@@ -320,6 +356,9 @@ class Scheduler:
                     except Exception as one:  # noqa: BLE001 - goes to that row's request
                         outcomes.append((None, one))
         self._last_step_s = time.perf_counter() - t0
+        if all(e is None for _, e in outcomes):
+            n_decode = sum(1 for _, w, _ in plan if len(w.row.token_ids) == 1)
+            self._measure(n_decode, sum(n for _, w, n in plan if len(w.row.token_ids) > 1), self._last_step_s)
         with self._cv:
             st = self.stats
             st.steps += 1
