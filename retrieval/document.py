@@ -157,7 +157,8 @@ class DocumentIndex:
     # ---------------------------------------------------------------- scoring
     def expanded_query(self, query: str) -> tuple[str, np.ndarray]:
         """The lexical query and the unit query vector: the question's, with the expansion's terms
-        added to the text and their embedding blended in (question and terms in one encoder call)."""
+        added to the text and their embedding blended in (question and terms each embedded alone,
+        :meth:`.Embedder.embed_queries`, so the question's vector is the same with or without them)."""
         terms = expansion_terms(query) if self.expansion_weight else ""
         if not terms:
             return query, self.embedder.embed_query(query)
@@ -225,9 +226,8 @@ class DocumentIndex:
                               t1 - t0, method=method, evidence=evidence)
 
     def retrieve_many(self, queries: Sequence[str], k: int, *, method: Method = "hybrid") -> list[RetrieveResult]:
-        """:meth:`retrieve` for several queries (their vectors are embedded in one batch first)."""
+        """:meth:`retrieve` for several queries."""
         if any(not q or not q.strip() for q in queries):
             raise ValueError("a query is empty")
-        self.embedder.embed_queries(list(queries))  # fills the memo in one batch
         return [self.retrieve(q, k, method=method) for q in queries]
 

@@ -204,26 +204,33 @@ class Embedder:
         return out
 
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
-        """Embed queries; repeated queries come from an in-memory memo.
+        """Embed queries, each in an encoder call of its own; repeated queries come from an
+        in-memory memo.
+
+        A query's vector is a function of its text alone. The int8 encoder quantises activations
+        with one scale per call (ONNX Runtime's dynamic quantisation), so a text encoded together
+        with others (a question with its expansion terms, or in a batch) gets a vector up to
+        ~0.02 of cosine away from the same text alone. So queries are never batched, and never
+        read from or written to the disk cache, whose vector for a text may come from a passage
+        batch. Short texts lose nothing by it: one call per text pads nothing.
 
         Returns ``(len(queries), 384)`` float32, L2-normalised rows.
         """
         out = np.empty((len(queries), self.dim), dtype=np.float32)
-        missing: list[int] = []
+        missing: dict[str, list[int]] = {}  # query -> rows (a repeated query is encoded once)
         with self._memo_lock:
             for i, q in enumerate(queries):
                 vec = self._memo.get(q)
                 if vec is None:
-                    missing.append(i)
+                    missing.setdefault(q, []).append(i)
                 else:
                     self._memo.move_to_end(q)
                     out[i] = vec
-        if missing:
-            vecs = self.embed([queries[i] for i in missing], show_progress=False, threads=self.query_threads)
+        for q, rows in missing.items():
+            v = self._encode([q], self.query_threads)[0]
+            out[rows] = v
             with self._memo_lock:
-                for i, v in zip(missing, vecs):
-                    out[i] = v
-                    self._memo[queries[i]] = v
+                self._memo[q] = v
                 while len(self._memo) > self._memo_size:
                     self._memo.popitem(last=False)
         return out

@@ -67,3 +67,20 @@ def test_query_memo_and_dedup(tmp_path):
     e.embed_query("same question?")
     assert e.model_calls == calls
     assert e.texts_encoded == 2  # duplicates inside one call are encoded once
+
+
+def test_a_query_vector_is_a_function_of_its_text(tmp_path):
+    """The int8 encoder quantises activations with one scale per call, so the same question
+    embedded with its expansion terms, in a batch, or read back from a passage batch in the disk
+    cache got vectors up to ~0.02 of cosine apart, and plans moved with them."""
+    q = "Can the licensee hand the licence to one of its sister companies?"
+    def int8(cache_dir=False):
+        return Embedder(cache_dir=cache_dir, backend="onnx-int8", device="cpu")
+    alone = int8().embed_query(q)
+    with_terms = int8().embed_queries([q, "assign assignment transfer its rights and obligations affiliate"])[0]
+    long = "The Licensee shall not sublicense, assign or transfer this Agreement to any third party. " * 3
+    in_batch = int8().embed_queries([long, q, "ok"])[1]
+    int8(tmp_path).embed([long, q])  # the same text as a document passage, batched, cached on disk
+    from_cache = int8(tmp_path).embed_query(q)
+    for got in (with_terms, in_batch, from_cache):
+        np.testing.assert_array_equal(got, alone)
