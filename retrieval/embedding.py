@@ -6,16 +6,17 @@ process shares it; :mod:`.encoder` runs it on ONNX Runtime or torch). Vectors
 are L2-normalised float32, so inner product is cosine similarity.
 
 Cache: one small file per text under ``<cache_dir>/embeddings/<model>/ab/<sha256>.emb``,
-keyed by ``sha256(model name + text)``. Reloading a document therefore embeds
-nothing. Each file is written to a temporary name and renamed into place
-(atomic on POSIX), so concurrent writers never expose a half-written file; a
-header with a CRC32 lets a reader detect a corrupt or truncated file, which is
-then recomputed and rewritten.
+keyed by ``sha256(model name + encoder cache tag + text)``. The tag comes from the configured
+backend without loading the encoder, so reloading a document embeds nothing and loads no
+model. Each file is written to a temporary name and renamed into place (atomic on POSIX), so
+concurrent writers never expose a half-written file; a header with a CRC32 lets a reader
+detect a corrupt or truncated file, which is then recomputed and rewritten.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import struct
 import tempfile
@@ -27,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .encoder import SentenceEncoder, load_encoder
+from .encoder import SentenceEncoder, cache_tag_for, load_encoder
 
 __all__ = ["Embedder", "DEFAULT_MODEL_NAME"]
 
@@ -35,6 +36,8 @@ DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 _MAGIC = b"AGXEMB1\0"
 _HEADER = struct.Struct("<8sII")  # magic, dim, crc32(payload)
+
+log = logging.getLogger(__name__)
 
 
 
@@ -101,9 +104,17 @@ class Embedder:
         self.cache_hits = 0
 
     # ------------------------------------------------------------------ keys
+    @property
+    def cache_tag(self) -> str:
+        """The encoder's cache tag (int8 vectors differ), read from the backend without loading
+        the encoder (:func:`.encoder.cache_tag_for`)."""
+        return cache_tag_for(self.device, self.backend)
+
     def key(self, text: str) -> str:
-        """Cache key: sha256 of model name, the encoder's cache tag (int8 vectors differ) and text."""
-        tag = self.encoder.cache_tag
+        """Cache key: sha256 of model name, the encoder's cache tag and text."""
+        return self._key(text, self.cache_tag)
+
+    def _key(self, text: str, tag: str) -> str:
         name = f"{self.model_name}#{tag}" if tag else self.model_name
         return hashlib.sha256(f"{name}\n{text}".encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -171,8 +182,10 @@ class Embedder:
             gets the model's embedding of the empty string).
         """
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        keys = [self.key(t) for t in texts]
+        tag = self.cache_tag
+        keys = [self._key(t, tag) for t in texts]
         todo: dict[str, list[int]] = {}  # key -> rows (dedups repeated texts)
+        hits = 0
         for i, k in enumerate(keys):
             if k in todo:
                 todo[k].append(i)
@@ -182,7 +195,14 @@ class Embedder:
                 todo[k] = [i]
             else:
                 out[i] = vec
-                self.cache_hits += 1
+                hits += 1
+        if todo and self.encoder.cache_tag != tag:  # loads the encoder, which the misses need anyway
+            # ``auto`` expected int8 but the int8 graph failed its probe: these keys name int8
+            # vectors, so start again under the loaded encoder's tag (exact from now on).
+            log.warning("embedding encoder %s has cache tag %r, not %r as configured; re-keying",
+                        self.encoder.name, self.encoder.cache_tag, tag)
+            return self.embed(texts, show_progress=show_progress, threads=threads)
+        self.cache_hits += hits
         if not todo:
             return out
 

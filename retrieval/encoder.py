@@ -14,11 +14,13 @@ made once from the exported graph): 1.85x the sentences per second of float32 on
 dev box, cosine to the float32 vectors 0.99 at the median and >= 0.97 on the probe, and page
 selection recall on the real-text dev set within one question of float32 (BENCHMARKS §5). It is
 what brings indexing a 1M-token document under 20 s per 100K tokens on two cores. Its vectors
-differ from float32 ones, so it has a cache tag of its own (``cache_tag``).
+differ from float32 ones, so it has a cache tag of its own (``cache_tag``), known from the
+configuration before any weights load (:func:`cache_tag_for`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
@@ -28,7 +30,8 @@ from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 
-__all__ = ["SentenceEncoder", "TorchEncoder", "OnnxEncoder", "load_encoder", "MAX_SEQ_TOKENS", "BACKENDS"]
+__all__ = ["SentenceEncoder", "TorchEncoder", "OnnxEncoder", "load_encoder", "cache_tag_for", "MAX_SEQ_TOKENS",
+           "BACKENDS"]
 
 BACKENDS = ("auto", "onnx-int8", "onnx", "torch")
 # Least cosine to the torch encoder on the probe texts for an ONNX graph to be used.
@@ -226,14 +229,38 @@ def _onnx_encoder(cache_dir: Path, name: str) -> OnnxEncoder | None:
         return None
 
 
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"embedding backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+def cache_tag_for(device: str, backend: str) -> str:
+    """The ``cache_tag`` of the encoder :func:`load_encoder` gives for ``(device, backend)``,
+    without loading it: that encoder's own tag once it is loaded in this process, else what the
+    configuration says. Only int8 ONNX has a tag (``"int8"``), and it runs only on CPU:
+    ``onnx-int8`` there, or ``auto`` when onnxruntime is installed (int8 is tried first).
+
+    ``auto`` also falls back to float32 ONNX or torch when the int8 graph cannot be made or
+    disagrees with torch on the probe, which only loading finds out; a caller that keys a cache
+    by this tag checks the loaded encoder's tag before it writes (``Embedder.embed``)."""
+    _check_backend(backend)
+    enc = _ENCODERS.get((device, backend))  # no _LOCK: it is held for a whole load, and a get is atomic
+    if enc is not None:
+        return enc.cache_tag
+    if device != "cpu" or backend in ("torch", "onnx"):
+        return ""
+    if backend == "onnx-int8":
+        return "int8"
+    return "int8" if importlib.util.find_spec("onnxruntime") is not None else ""
+
+
 def load_encoder(device: str = "cpu", backend: str = "auto", cache_dir: Path | None = None) -> SentenceEncoder:
     """The process-wide encoder for ``device``; ``backend`` is one of :data:`BACKENDS`.
 
     ``auto`` on CPU is ONNX Runtime with int8 weights, else float32 ONNX, else torch (each
     used only when it agrees with torch on the probe); on other devices it is torch.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"embedding backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    _check_backend(backend)
     key = (device, backend)
     with _LOCK:
         enc = _ENCODERS.get(key)

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
+from agentctx.retrieval import encoder as encoder_module
 from agentctx.retrieval.embedding import Embedder
-from agentctx.retrieval.encoder import load_encoder
+from agentctx.retrieval.encoder import BACKENDS, cache_tag_for, load_encoder
 
 TEXTS = ["Either party may terminate this Agreement on ninety days' written notice.",
          "The Licensee may not assign this licence without the Licensor's prior written consent.",
@@ -37,3 +38,67 @@ def test_int8_vectors_are_cached_apart_from_float32(tmp_path):
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="onnx-int8"):
         load_encoder("cpu", "tflite")
+
+
+# Keys of "x" as the code before cache_tag_for made them (reading the loaded encoder's tag), on CPU
+# with onnxruntime installed: float32 vectors share one key, int8 ones ("auto" picks int8) another.
+_F32_KEY = "ff3af3c35710147e8e10acfbf43905893fbb941c69420a8a7f7c5087478afd51"
+_INT8_KEY = "554c6fbeb2d5ff116ed76dccefd21c5d27fddb2f97976f5ab0b4c1eccc6b2e72"
+KEYS_BEFORE = {"torch": _F32_KEY, "onnx": _F32_KEY, "onnx-int8": _INT8_KEY, "auto": _INT8_KEY}
+
+
+def _as_a_new_process_that_cannot_load_encoders(monkeypatch) -> None:
+    """From here on no encoder is loaded in this process, and loading one fails the test."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the sentence encoder was loaded")
+
+    monkeypatch.setattr(encoder_module, "_ENCODERS", {})
+    monkeypatch.setattr(encoder_module, "TorchEncoder", refuse)
+    monkeypatch.setattr(encoder_module, "_onnx_encoder", refuse)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_keys_are_those_of_before_without_loading_and_after(backend, tmp_path, monkeypatch):
+    _as_a_new_process_that_cannot_load_encoders(monkeypatch)
+    assert Embedder(cache_dir=tmp_path, backend=backend, device="cpu").key("x") == KEYS_BEFORE[backend]
+    monkeypatch.undo()  # the real encoder: its own tag gives the same key
+    e = Embedder(cache_dir=tmp_path, backend=backend, device="cpu")
+    assert e.encoder.cache_tag == cache_tag_for("cpu", backend) and e.key("x") == KEYS_BEFORE[backend]
+
+
+def test_off_cpu_every_backend_is_torch_without_a_tag(monkeypatch):
+    _as_a_new_process_that_cannot_load_encoders(monkeypatch)
+    # load_encoder builds ONNX encoders on CPU only; elsewhere it is torch, whose vectors are float32.
+    assert [cache_tag_for("cuda", b) for b in BACKENDS] == [""] * len(BACKENDS)
+    assert Embedder(cache_dir=False, backend="onnx-int8", device="cuda").key("x") == _F32_KEY
+
+
+def test_a_cache_only_run_loads_no_encoder(tmp_path, monkeypatch):
+    first = Embedder(cache_dir=tmp_path, device="cpu").embed(TEXTS)  # auto: fills the cache
+    _as_a_new_process_that_cannot_load_encoders(monkeypatch)
+    again = Embedder(cache_dir=tmp_path, device="cpu")  # finds every text cached
+    assert np.array_equal(again.embed(TEXTS), first)
+    assert again.model_calls == 0 and again.cache_hits == len(TEXTS)
+
+
+class _Float32Encoder:
+    name, cache_tag = "onnx", ""
+
+    def encode(self, texts, *, batch_size=64, threads=None):
+        return np.tile(np.eye(1, 384, dtype=np.float32), (len(texts), 1))
+
+
+def test_auto_falling_back_from_int8_rekeys_before_writing(tmp_path, monkeypatch):
+    """``auto`` expects int8 on CPU; when the int8 graph fails its probe, the float32 vectors it
+    falls back to are neither mixed with cached int8 ones nor written under int8 keys."""
+    fallback = _Float32Encoder()
+    monkeypatch.setattr(encoder_module, "_ENCODERS", {})
+    monkeypatch.setattr(encoder_module, "_onnx_encoder", lambda _dir, name: fallback if name == "onnx" else None)
+    e = Embedder(cache_dir=tmp_path, backend="auto", device="cpu")
+    assert e.key("x") == _INT8_KEY  # expected before loading
+    int8_vec = np.full(384, 384 ** -0.5, dtype=np.float32)
+    e._write(e.key(TEXTS[0]), int8_vec)  # an int8 vector cached by an earlier run
+    out = e.embed(TEXTS[:2])
+    assert np.array_equal(out, fallback.encode(TEXTS[:2])) and e.cache_hits == 0
+    assert e.key("x") == _F32_KEY and e._read(e.key(TEXTS[1])) is not None
+    assert np.array_equal(e._read(e._key(TEXTS[0], "int8")), int8_vec)  # left as it was
