@@ -1,8 +1,10 @@
-"""Shared fixtures: one real MiniLM embedder (temp cache) and its tokenizer."""
+"""Shared fixtures: one real MiniLM embedder (temp cache), its tokenizer, and the dev sets' questions."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +32,13 @@ def embedder(embed_cache):
     from agentctx.retrieval import Embedder
 
     return Embedder(cache_dir=embed_cache)
+
+
+@pytest.fixture(scope="session")
+def dev_questions() -> dict[str, str]:
+    """Every question of both page-selection dev sets, by id (48 planted, 41 native)."""
+    devsets = Path(__file__).resolve().parents[2] / "bench" / "devsets"
+    out = {q["id"]: q["question"] for q in json.loads((devsets / "native" / "questions.json").read_text())["questions"]}
+    for family in json.loads((devsets / "selection" / "facts.json").read_text())["families"].values():
+        out.update({f["id"]: f["question"] for f in family["facts"]})
+    return out

@@ -3,9 +3,6 @@ every question of both dev sets (types written from the grammar of each question
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from agentctx.retrieval.answer_type import ANSWER_TYPES, passage_types, question_types, type_mask
@@ -136,18 +133,9 @@ DEV_TYPES = {
 }
 
 
-def _dev_questions() -> dict[str, str]:
-    devsets = Path(__file__).resolve().parents[2] / "bench" / "devsets"
-    out = {q["id"]: q["question"] for q in json.loads((devsets / "native" / "questions.json").read_text())["questions"]}
-    for family in json.loads((devsets / "selection" / "facts.json").read_text())["families"].values():
-        out.update({f["id"]: f["question"] for f in family["facts"]})
-    return out
-
-
-def test_every_dev_question_gets_the_type_of_its_interrogative():
-    questions = _dev_questions()
-    assert set(questions) == set(DEV_TYPES)
-    wrong = {i: sorted(question_types(q)) for i, q in questions.items() if question_types(q) != DEV_TYPES[i]}
+def test_every_dev_question_gets_the_type_of_its_interrogative(dev_questions):
+    assert set(dev_questions) == set(DEV_TYPES)
+    wrong = {i: sorted(question_types(q)) for i, q in dev_questions.items() if question_types(q) != DEV_TYPES[i]}
     assert wrong == {}
 
 
