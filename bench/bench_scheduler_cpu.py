@@ -70,6 +70,11 @@ def run_peer(args) -> dict:
     if hasattr(engine_mod, "Scheduler"):
         kw.update(step_tokens=args.step_tokens, step_tokens_decoding=args.step_tokens_decoding)
     engine = LocalEngine(loaded, **kw)
+    # Ablations of the "after" peer (attributes that the old engine does not have are left alone).
+    if args.no_group_decode and hasattr(engine.runner, "group_decode_rows"):
+        engine.runner.group_decode_rows = False
+    if args.no_greedy_head and hasattr(engine.runner, "cpu_greedy_head"):
+        engine.runner.cpu_greedy_head = False
     text = generate_contract(args.tokens, seed=0).text
     doc = engine.tokenize_document(text)
     engine.prefill("doc", doc, progress=False)
@@ -127,7 +132,11 @@ def _child(args, pythonpath: str | None) -> dict:
         if pythonpath:
             env["PYTHONPATH"] = pythonpath + os.pathsep + str(ROOT)
         subprocess.run(cmd, check=True, env=env, cwd="/tmp" if pythonpath else ROOT)
-        return json.loads(Path(f.name).read_text())
+        out = json.loads(Path(f.name).read_text())
+    # Each peer must have run its own engine.
+    if (pythonpath is not None) != (not out["engine"].startswith(str(ROOT))):
+        raise RuntimeError(f"peer ran the wrong engine: {out['engine']} (PYTHONPATH {pythonpath})")
+    return out
 
 
 def main() -> int:
@@ -144,12 +153,17 @@ def main() -> int:
     ap.add_argument("--step-tokens", type=int, default=None, help="default: the engine's, by device")
     ap.add_argument("--step-tokens-decoding", type=int, default=None)
     ap.add_argument("--only", choices=("before", "after"), default=None)
+    ap.add_argument("--no-group-decode", action="store_true", help="after peer: decode rows attend row by row")
+    ap.add_argument("--no-greedy-head", action="store_true", help="after peer: greedy rows read the full head")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default=None)
     ap.add_argument("--peer-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.peer_out:
-        sys.path.insert(1, str(ROOT))  # tests.fixtures.contracts
+        # tests.fixtures.contracts (the same generator for both peers) from this checkout; last on
+        # the path, or this checkout's agentctx/ would shadow the "before" tree (it did until
+        # 2026-12-05, so both peers ran the current engine).
+        sys.path.append(str(ROOT))
         Path(args.peer_out).write_text(json.dumps(run_peer(args)))
         return 0
     runs: dict[str, list[dict]] = {"before": [], "after": []}
