@@ -5,7 +5,8 @@ from its own thread: a prompt (any length) or one decode token, and blocks until
 is done. One scheduler thread owns every forward of the engine. Each step it
 
 1. runs one queued job, if any (a document prefill runs as one job per chunk, so a long
-   prefill is interleaved with the steps too);
+   prefill is interleaved with the steps too); while requests run, jobs and steps share the
+   time: a job waits until the steps since the last one have had as long as it took;
 2. waits briefly until every running request that is busy picking its next token has handed
    in its work, so that decode rows stay in step together: at most ``gather_s`` or a quarter
    of the last step's time, whichever is longer (on a loaded CPU a thread's wake-up can take
@@ -142,6 +143,8 @@ class Scheduler:
         self.max_step_kv_bytes, self.gather_s, self.name = max_step_kv_bytes, gather_s, name
         self.decode_slowdown, self.min_chunk = decode_slowdown, min_chunk
         # Measured costs (exponential averages): a step of decode rows alone, and one prompt token.
+        self._last_job_s = 0.0  # how long the last job took, and the steps' time since
+        self._steps_since_job_s = 0.0
         self._decode_step_s: float | None = None
         self._prompt_token_s: float | None = None
         self._cv = threading.Condition()
@@ -257,7 +260,10 @@ class Scheduler:
                     self._drop_cancelled()
                 if self._stopped:
                     return
-                job = self._jobs.popleft() if self._jobs else None
+                # Jobs and steps share the replica's time: while requests run, a job waits until
+                # the steps since the last job have had as long as that job took.
+                owed = self._running and self._steps_since_job_s < self._last_job_s
+                job = self._jobs.popleft() if self._jobs and not owed else None
             if job is not None:
                 self._run_job(job)
                 continue
@@ -267,8 +273,11 @@ class Scheduler:
                     self._cv.wait(left)
                 self._drop_cancelled()
                 plan = self._compose()
+                if not plan and self._jobs:  # nothing to step after all: the job goes now
+                    self._steps_since_job_s = self._last_job_s
             if plan:
                 self._step(plan)
+                self._steps_since_job_s += self._last_step_s
 
     @staticmethod
     def _busy(seq: Sequence) -> bool:
@@ -381,10 +390,12 @@ class Scheduler:
             self._cv.notify_all()
 
     def _run_job(self, job: _Job) -> None:
+        t0 = time.perf_counter()
         try:
             job.result = job.fn()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             job.error = exc
+        self._last_job_s, self._steps_since_job_s = time.perf_counter() - t0, 0.0
         with self._cv:
             self.stats.jobs += 1
             job.finished = True

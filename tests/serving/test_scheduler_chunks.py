@@ -81,3 +81,32 @@ def test_a_long_prompt_beside_a_decoding_request_takes_measured_chunks():
     assert beside and max(beside) <= 32
     assert 2 <= beside[-1] <= 10  # measured: ~5
     assert s.describe()["decoding_chunk"] == s.decoding_tokens()
+
+
+def test_jobs_and_steps_share_the_time_while_requests_run():
+    """A prefill's jobs (0.1 s each) beside a decoding request (10 ms steps): between two jobs the
+    steps get about as long as a job took (~10 steps), instead of one step per job."""
+
+    def run_rows(rows):
+        time.sleep(0.010)
+        return [None] * len(rows)
+
+    s = Scheduler(run_rows, gather_s=0.005)
+    jobs_at_step: list[int] = []
+    s.on_step = lambda plan: jobs_at_step.append(s.stats.jobs)
+    decoding = threading.Event()
+
+    def decoder():
+        with s.open() as seq:
+            for i in range(200):
+                seq.run(Row(None, object(), [i]))
+                decoding.set()
+
+    t = threading.Thread(target=decoder)
+    t.start()
+    assert decoding.wait(10)
+    for _ in range(4):
+        s.call(lambda: time.sleep(0.1))
+    t.join(60)
+    between = [jobs_at_step.count(j) for j in (1, 2, 3)]  # steps run after job j and before job j + 1
+    assert all(n >= 4 for n in between), between  # ~10 each; one step per job before
