@@ -166,16 +166,17 @@ class DocumentIndex:
         v = qv + self.expansion_weight * tv
         return f"{query} {terms}", (v / max(float(np.linalg.norm(v)), 1e-12)).astype(qv.dtype)
 
-    def passage_scores(self, query: str, qv: np.ndarray) -> np.ndarray:
+    def passage_scores(self, query: str, qv: np.ndarray, question: str | None = None) -> np.ndarray:
         """``(num_passages,)`` hybrid score: cosine + lexical and answer-type bonuses (``query``
-        and ``qv`` already expanded; the expected answer type is read from ``query``)."""
+        and ``qv`` already expanded). The expected answer type is read from ``question``, the
+        question as asked (default ``query``): appended expansion terms are no question."""
         s = self._vectors @ qv
         if self.lexical_weight:
             lex = self.lexical.scores(query)
             top = float(lex.max()) if len(lex) else 0.0
             if top > 0:
                 s = s + self.lexical_weight / top * lex
-        want = type_mask(question_types(query))
+        want = type_mask(question_types(query if question is None else question))
         if want and self.answer_type_weight:
             s = s + self.answer_type_weight * ((self._types & want) != 0)
         return s
@@ -218,16 +219,10 @@ class DocumentIndex:
             page_scores = self.passages.page_max(scores)
             page_scores[page_scores <= 0] = -np.inf  # no query term: no evidence
         else:
-            scores = self._vectors @ qv if method == "dense" else self.passage_scores(lex_query, qv)
+            scores = self._vectors @ qv if method == "dense" else self.passage_scores(lex_query, qv, query)
             page_scores = self.passages.page_max(scores)
         pages = top_pages(page_scores, k)
         evidence = self._evidence(pages, scores)
         return RetrieveResult(pages, page_scores[pages].astype(np.float32), "flat", time.perf_counter() - t1,
                               t1 - t0, method=method, evidence=evidence)
-
-    def retrieve_many(self, queries: Sequence[str], k: int, *, method: Method = "hybrid") -> list[RetrieveResult]:
-        """:meth:`retrieve` for several queries."""
-        if any(not q or not q.strip() for q in queries):
-            raise ValueError("a query is empty")
-        return [self.retrieve(q, k, method=method) for q in queries]
 

@@ -94,5 +94,10 @@ def test_hybrid_score_is_cosine_plus_the_two_bonuses(wordpiece_tokenizer, embedd
     plain = DocumentIndex(text, enc["offset_mapping"], embedder=embedder, page_size=8,
                           lexical_weight=0.0, answer_type_weight=0.0)
     assert np.allclose(plain.passage_scores(q, qv), cos, atol=1e-6)
+    # The answer type comes from the question as asked, not from text appended to it.
+    untyped, appended = "The licensee pays", "The licensee pays and how long"
+    lex = d.lexical.scores(appended)
+    assert np.allclose(d.passage_scores(appended, qv, question=untyped), cos + 0.1 * lex / lex.max(), atol=1e-6)
+    assert not np.allclose(d.passage_scores(appended, qv), cos + 0.1 * lex / lex.max(), atol=1e-6)
     # the dense method ranks by cosine alone; hybrid moves the typed sentence's page first
     assert d.retrieve(q, 1).evidence[0] == (0, text.index("Payment") - 1)
