@@ -50,9 +50,6 @@ class GreedyHead:
             self.w_err = (weight - q * self.scale[:, None]).abs().amax(1)  # (V,) |dw|max per row
             self.w_l1 = weight.abs().sum(1)  # (V,)
 
-    def nbytes(self) -> int:
-        return self.q_t.numel() + 3 * self.scale.numel() * 4
-
     @torch.inference_mode()
     def candidates(self, hidden: torch.Tensor) -> torch.Tensor:
         """(B, V) bool: the tokens that may be the argmax of ``hidden @ weight.T (+ bias)``."""

@@ -190,14 +190,11 @@ def _global_prefill(step: PrefillStep, layer, q, k, v, scale, softcap):
     doc, p = step.doc, step.doc.page_size
     n_prev = step.first_page * p
     # Earlier pages are contiguous and full: a view, not a gather.
-    prev_k = doc.k_pages[layer][: step.first_page].reshape(n_prev, *k.shape[1:])
-    prev_v = doc.v_pages[layer][: step.first_page].reshape(n_prev, *v.shape[1:])
-    o_prev, l_prev = full_attention_lse(q, prev_k, prev_v, scale, softcap)
+    flat_k, flat_v = doc.flat(layer)
+    o_prev, l_prev = full_attention_lse(q, flat_k[:n_prev], flat_v[:n_prev], scale, softcap)
     o_loc, l_loc = masked_attention_lse(q, k, v, step.positions, step.positions, scale, softcap=softcap)
     out, _ = merge_attention(o_prev, l_prev, o_loc, l_loc)
     t = k.shape[0]
-    flat_k = doc.k_pages[layer].view(-1, *k.shape[1:])
-    flat_v = doc.v_pages[layer].view(-1, *v.shape[1:])
     flat_k[n_prev : n_prev + t] = k
     flat_v[n_prev : n_prev + t] = v
     return out.to(q.dtype)
@@ -208,9 +205,9 @@ def _global_extend(step: ExtendStep, layer, q, k, v, scale, softcap):
     if q.device.type == "cpu" and step.block_table.shape[1] == doc.num_pages:
         # Every page on CPU: the pool read in place (dense attention over the document) instead
         # of attend_selected's reference path, which gathers a copy of every page per layer.
-        flat_k = doc.k_pages[layer].view(-1, *k.shape[1:])[: doc.num_tokens]
-        flat_v = doc.v_pages[layer].view(-1, *v.shape[1:])[: doc.num_tokens]
-        o_pages, l_pages = (x.unsqueeze(0) for x in full_attention_lse(q, flat_k, flat_v, scale, softcap))
+        flat_k, flat_v = doc.flat(layer)
+        n = doc.num_tokens
+        o_pages, l_pages = (x.unsqueeze(0) for x in full_attention_lse(q, flat_k[:n], flat_v[:n], scale, softcap))
     else:
         o_pages, l_pages = attend_selected(
             q.unsqueeze(0),

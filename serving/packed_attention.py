@@ -106,18 +106,18 @@ def _row_bytes(st: ExtendStep, every: bool, num_heads: int) -> int:
 def decode_groups(steps: list[ExtendStep], spans: list[tuple[int, int]], num_heads: int) -> list[DecodeGroup]:
     """Group the one-token rows of a packed step by document and by whether they read every
     page, each group within ``GATHER_BYTES``; a row over it alone stays out (row by row)."""
-    by_key: dict[tuple[int, bool], list[int]] = {}
+    by_key: dict[tuple[int, bool], list[tuple[int, int]]] = {}  # (doc, every page) -> (row, bytes)
     for i, (st, (s, e)) in enumerate(zip(steps, spans)):
         if e - s != 1 or not st.doc.k_pages:
             continue
         every = int(st.block_table.shape[1]) == st.doc.num_pages
-        if _row_bytes(st, every, num_heads) <= GATHER_BYTES:
-            by_key.setdefault((id(st.doc), every), []).append(i)
+        need = _row_bytes(st, every, num_heads)
+        if need <= GATHER_BYTES:
+            by_key.setdefault((id(st.doc), every), []).append((i, need))
     groups = []
-    for (_, every), idx in by_key.items():
+    for (_, every), rows in by_key.items():
         batch, held = [], 0
-        for i in idx:
-            need = _row_bytes(steps[i], every, num_heads)
+        for i, need in rows:
             if batch and held + need > GATHER_BYTES:
                 groups.append(_group(steps, spans, batch, every))
                 batch, held = [], 0
@@ -178,10 +178,9 @@ def attend_group(g: DecodeGroup, steps: list[ExtendStep], layer: int, q: torch.T
         o_doc, l_doc = attend_rows_shared(q, wk, doc.window_v[layer], g.doc_win_valid, scale, softcap)
     elif g.table is None:  # every row reads every page: the pool in place, read once
         n_tok = doc.num_tokens
-        flat_k = doc.k_pages[layer].view(-1, *k.shape[1:])[:n_tok]
-        flat_v = doc.v_pages[layer].view(-1, *v.shape[1:])[:n_tok]
+        flat_k, flat_v = doc.flat(layer)
         every = torch.ones(q.shape[0], n_tok, dtype=torch.bool, device=q.device)
-        o_doc, l_doc = attend_rows_shared(q, flat_k, flat_v, every, scale, softcap)
+        o_doc, l_doc = attend_rows_shared(q, flat_k[:n_tok], flat_v[:n_tok], every, scale, softcap)
     else:
         n, m = g.table.shape
         pk = doc.k_pages[layer][g.table].view(n, m * doc.page_size, *k.shape[1:])

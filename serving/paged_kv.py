@@ -79,6 +79,12 @@ class DocKV:
     def last_page_len(self) -> int:
         return self.num_tokens - (self.num_pages - 1) * self.page_size
 
+    def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(num_pages * P, Hkv, D) views of one global layer's K and V, token after token: pages
+        are contiguous, so a run of whole pages (or the document) is a slice, not a gather."""
+        k, v = self.k_pages[layer], self.v_pages[layer]
+        return k.view(-1, *k.shape[2:]), v.view(-1, *v.shape[2:])
+
     def slot_lens(self) -> torch.Tensor:
         """(num_pages,) int32 valid tokens per page: full pages, ragged last page."""
         device = next(iter(self.k_pages.values())).device if self.k_pages else "cpu"
