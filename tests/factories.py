@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["tiny_config", "make_tiny_checkpoint", "byte_tokenizer", "TINY_FAMILIES"]
+__all__ = ["tiny_config", "make_tiny_checkpoint", "byte_tokenizer", "tiny_runner", "token_ids", "TINY_FAMILIES"]
 
 TINY_FAMILIES = ("llama", "qwen3", "gemma3_text")
 _VOCAB = 300  # 256 bytes + specials + spare
@@ -96,3 +96,19 @@ def greedy_tokens(runner, doc, prompt_ids, pages=None, max_new_tokens: int = 8, 
                          max_new_tokens=max_new_tokens,
                          stop_ids=runner.stop_token_ids() if stop_ids is None else stop_ids)
         return list(loop)
+
+
+def token_ids(n: int, seed: int) -> list[int]:
+    """n reproducible token ids of a tiny model's byte range (no special tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, 259, (n,), generator=g).tolist()
+
+
+def tiny_runner(family: str, path: Path, **kw):
+    """A CPU ModelRunner over a fresh tiny checkpoint: 16-token pages, 32-token prefill chunks."""
+    from agentctx.serving.model_loader import load_model
+    from agentctx.serving.model_runner import ModelRunner
+
+    kw.setdefault("page_size", 16)
+    kw.setdefault("prefill_chunk_tokens", 32)
+    return ModelRunner(load_model(make_tiny_checkpoint(family, path), device="cpu"), **kw)

@@ -7,9 +7,7 @@ import pytest
 import torch
 
 from agentctx.serving.batch_forward import Row, run_rows
-from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import ModelRunner
-from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
+from tests.factories import TINY_FAMILIES, tiny_runner, token_ids
 
 # fp32 on CPU: a packed matmul and a one-query matmul differ only by rounding.
 FP32_ATOL = 1e-4
@@ -17,13 +15,7 @@ FP32_ATOL = 1e-4
 
 @pytest.fixture(scope="module", params=TINY_FAMILIES)
 def runner(request, tmp_path_factory):
-    path = make_tiny_checkpoint(request.param, tmp_path_factory.mktemp(request.param))
-    return ModelRunner(load_model(path, device="cpu"), page_size=16, prefill_chunk_tokens=32)
-
-
-def _ids(n, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(4, 259, (n,), generator=g).tolist()
+    return tiny_runner(request.param, tmp_path_factory.mktemp(request.param))
 
 
 def _greedy(logits, logit_ids):
@@ -35,9 +27,10 @@ def test_mixed_rows_equal_one_query_at_a_time(runner):
     """Each step packs decode rows of running queries with the next chunk of a long prompt and a
     whole short prompt, over two documents and four plans; every row's logits equal the same
     query run alone, and greedy tokens are identical."""
-    doc_a, doc_b = runner.prefill(_ids(150, 1), progress=False), runner.prefill(_ids(70, 2), progress=False)
+    doc_a, doc_b = runner.prefill(token_ids(150, 1), progress=False), runner.prefill(token_ids(70, 2), progress=False)
     plans = [(doc_a, None, None), (doc_a, (0, 3, 7, 9), [5, 17, 40]), (doc_b, (1, 2), None), (doc_b, None, None)]
-    prompts = [_ids(5, 3), _ids(9, 4), _ids(3, 5), _ids(40, 6)]  # the last is cut into 16-token chunks
+    # The last prompt is cut into 16-token chunks.
+    prompts = [token_ids(5, 3), token_ids(9, 4), token_ids(3, 5), token_ids(40, 6)]
     alone = [runner.new_tail(d) for d, *_ in plans]
     want = []
     for (d, pages, ids), t, p in zip(plans, alone, prompts):
@@ -74,9 +67,9 @@ def test_mixed_rows_equal_one_query_at_a_time(runner):
 
 
 def test_packed_rows_with_all_pages_match_transformers(runner):
-    doc_ids = [_ids(100, 6), _ids(45, 7)]
+    doc_ids = [token_ids(100, 6), token_ids(45, 7)]
     docs = [runner.prefill(ids, progress=False) for ids in doc_ids]
-    prompts = [_ids(4, 8), _ids(6, 9)]
+    prompts = [token_ids(4, 8), token_ids(6, 9)]
     tails = [runner.new_tail(d) for d in docs]
     # A prompt row wanting every token's logits beside a prompt row wanting the last one's.
     got = run_rows(runner, [Row(docs[0], tails[0], prompts[0], want="all"), Row(docs[1], tails[1], prompts[1])])
@@ -91,9 +84,9 @@ def test_packed_rows_with_all_pages_match_transformers(runner):
 
 
 def test_bad_rows_are_refused_and_leave_tails_unchanged(runner):
-    doc = runner.prefill(_ids(60, 10), progress=False)
+    doc = runner.prefill(token_ids(60, 10), progress=False)
     t1, t2 = runner.new_tail(doc), runner.new_tail(doc)
-    run_rows(runner, [Row(doc, t1, _ids(3, 11)), Row(doc, t2, _ids(3, 12))])
+    run_rows(runner, [Row(doc, t1, token_ids(3, 11)), Row(doc, t2, token_ids(3, 12))])
     before = [(t.length, {l: x.clone() for l, x in t.k.items()}) for t in (t1, t2)]
     with pytest.raises(ValueError, match="same query tail twice"):
         run_rows(runner, [Row(doc, t1, [5]), Row(doc, t1, [6])])

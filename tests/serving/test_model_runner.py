@@ -7,7 +7,7 @@ import torch
 
 from agentctx.serving.model_loader import ModelLoadError, load_model
 from agentctx.serving.model_runner import ContextTooLongError, EmptyInputError, ModelRunner
-from tests.factories import TINY_FAMILIES, greedy_tokens, make_tiny_checkpoint
+from tests.factories import TINY_FAMILIES, greedy_tokens, make_tiny_checkpoint, token_ids
 
 # fp32 on CPU: our blockwise attention and transformers' SDPA differ only by rounding.
 FP32_ATOL = 1e-4
@@ -20,14 +20,9 @@ def tiny(request, tmp_path_factory):
     return ModelRunner(loaded, page_size=16, prefill_chunk_tokens=32, max_context_tokens=4096)
 
 
-def _ids(n, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(4, 259, (n,), generator=g).tolist()
-
-
 @pytest.mark.parametrize("doc_len", [16, 100, 161])
 def test_all_pages_selected_matches_transformers(tiny, doc_len):
-    doc_ids, q_ids = _ids(doc_len, 1), _ids(7, 2)
+    doc_ids, q_ids = token_ids(doc_len, 1), token_ids(7, 2)
     ref = tiny.reference_logits(doc_ids + q_ids)
     doc = tiny.prefill(doc_ids, progress=False)
     torch.testing.assert_close(doc.last_logits, ref[doc_len - 1], atol=FP32_ATOL, rtol=0)
@@ -41,7 +36,7 @@ def test_all_pages_selected_matches_transformers(tiny, doc_len):
 
 
 def test_cold_vs_warm_greedy_tokens_identical(tiny):
-    doc_ids, q_ids = _ids(90, 3), _ids(5, 4)
+    doc_ids, q_ids = token_ids(90, 3), token_ids(5, 4)
     doc = tiny.prefill(doc_ids, progress=False)
     warm = greedy_tokens(tiny, doc, q_ids, pages=None, max_new_tokens=8, stop_ids=set())
     # cold: transformers greedy decoding over the full sequence, no cache
@@ -55,7 +50,7 @@ def test_cold_vs_warm_greedy_tokens_identical(tiny):
 
 
 def test_page_selection_changes_attention(tiny):
-    doc_ids, q_ids = _ids(160, 5), _ids(4, 6)
+    doc_ids, q_ids = token_ids(160, 5), token_ids(4, 6)
     doc = tiny.prefill(doc_ids, progress=False)
     full = tiny.extend(doc, tiny.new_tail(doc), q_ids, pages=None)
     sparse = tiny.extend(doc, tiny.new_tail(doc), q_ids, pages=[0, 9])
@@ -69,7 +64,7 @@ def test_bad_inputs(tiny, tmp_path):
         tiny.prefill([], progress=False)
     with pytest.raises(ContextTooLongError, match="4096"):
         tiny.prefill([5] * 4097, progress=False)
-    doc = tiny.prefill(_ids(20, 7), progress=False)
+    doc = tiny.prefill(token_ids(20, 7), progress=False)
     with pytest.raises(EmptyInputError):
         tiny.extend(doc, tiny.new_tail(doc), [])
     with pytest.raises(ValueError, match="out of range"):
@@ -96,7 +91,7 @@ def test_sliding_prefill_paths_agree(sliding, tmp_path):
     which takes the same slot layout the Triton kernel does (previous window, then the chunk)."""
     path = make_tiny_checkpoint("gemma3_text", tmp_path)
     runner = ModelRunner(load_model(path, device="cpu"), page_size=16, prefill_chunk_tokens=32)
-    ids = _ids(150, 8)  # 5 chunks, the last one short; window 16 < chunk
+    ids = token_ids(150, 8)  # 5 chunks, the last one short; window 16 < chunk
     runner.sliding_prefill = "banded"
     want = runner.prefill(ids, progress=False)
     runner.sliding_prefill = sliding
@@ -113,4 +108,4 @@ def test_sliding_prefill_refuses_unknown_path(tmp_path):
                          prefill_chunk_tokens=32)
     runner.sliding_prefill = "fast"
     with pytest.raises(ValueError, match="sliding_prefill must be one of"):
-        runner.prefill(_ids(20, 9), progress=False)
+        runner.prefill(token_ids(20, 9), progress=False)

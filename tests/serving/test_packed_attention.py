@@ -8,23 +8,15 @@ import torch
 
 from agentctx.serving import packed_attention
 from agentctx.serving.batch_forward import Row, run_rows
-from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import ModelRunner
 from agentctx.serving.packed_attention import ExtendStep, decode_groups
-from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
+from tests.factories import TINY_FAMILIES, tiny_runner, token_ids
 
 FP32_ATOL = 1e-5
 
 
 @pytest.fixture(scope="module", params=TINY_FAMILIES)
 def runner(request, tmp_path_factory):
-    path = make_tiny_checkpoint(request.param, tmp_path_factory.mktemp(request.param))
-    return ModelRunner(load_model(path, device="cpu"), page_size=16, prefill_chunk_tokens=32)
-
-
-def _ids(n, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(4, 259, (n,), generator=g).tolist()
+    return tiny_runner(request.param, tmp_path_factory.mktemp(request.param))
 
 
 def _decode(runner, docs, plans, prompts, steps, grouped):
@@ -49,8 +41,8 @@ PROMPT_LENS = [5, 27, 1, 9, 20, 3]
 
 
 def test_grouped_decode_rows_equal_row_by_row(runner):
-    docs = [runner.prefill(_ids(150, 1), progress=False), runner.prefill(_ids(70, 2), progress=False)]
-    prompts = [_ids(n, 10 + i) for i, n in enumerate(PROMPT_LENS)]
+    docs = [runner.prefill(token_ids(150, 1), progress=False), runner.prefill(token_ids(70, 2), progress=False)]
+    prompts = [token_ids(n, 10 + i) for i, n in enumerate(PROMPT_LENS)]
     got, tails = _decode(runner, docs, PLANS, prompts, 6, grouped=True)
     want, ref_tails = _decode(runner, docs, PLANS, prompts, 6, grouped=False)
     torch.testing.assert_close(got, want, atol=FP32_ATOL, rtol=0)
@@ -65,8 +57,8 @@ def test_grouped_decode_rows_equal_row_by_row(runner):
 def test_groups_split_within_the_gather_budget(runner, monkeypatch):
     """A small budget splits a document's rows into several groups and leaves a row that alone
     exceeds it to the row-by-row path; the results do not change."""
-    docs = [runner.prefill(_ids(150, 3), progress=False), runner.prefill(_ids(70, 4), progress=False)]
-    prompts = [_ids(n, 20 + i) for i, n in enumerate(PROMPT_LENS)]
+    docs = [runner.prefill(token_ids(150, 3), progress=False), runner.prefill(token_ids(70, 4), progress=False)]
+    prompts = [token_ids(n, 20 + i) for i, n in enumerate(PROMPT_LENS)]
     want, _ = _decode(runner, docs, PLANS, prompts, 3, grouped=False)
     doc = docs[0]
     lay = doc.layout
@@ -94,7 +86,7 @@ def test_groups_split_within_the_gather_budget(runner, monkeypatch):
 
 
 def test_prompt_rows_are_not_grouped(runner):
-    doc = runner.prefill(_ids(40, 5), progress=False)
+    doc = runner.prefill(token_ids(40, 5), progress=False)
     tails = [runner.new_tail(doc) for _ in range(3)]
     steps = []
     for t, n in zip(tails, (1, 4, 1)):

@@ -14,6 +14,22 @@ from agentctx.serving.batch_forward import Row
 from agentctx.serving.scheduler import Scheduler
 
 
+def _decoding(s: Scheduler, tokens: int) -> threading.Thread:
+    """A thread that decodes ``tokens`` one-token rows through ``s``; returned once it decodes."""
+    started = threading.Event()
+
+    def decoder():
+        with s.open() as seq:
+            for i in range(tokens):
+                seq.run(Row(None, object(), [i]))
+                started.set()
+
+    t = threading.Thread(target=decoder)
+    t.start()
+    assert started.wait(10)
+    return t
+
+
 def test_the_chunk_follows_the_measured_costs():
     s = Scheduler(lambda rows: rows, step_tokens=256, step_tokens_decoding=64, decode_slowdown=0.5, min_chunk=4)
     assert s.decoding_tokens() == 64  # nothing measured yet: the static bound
@@ -55,21 +71,12 @@ def test_a_long_prompt_beside_a_decoding_request_takes_measured_chunks():
                   gather_s=0.01)
     plans: list[list[tuple[int, int]]] = []
     s.on_step = plans.append
-    decoding = threading.Event()
-
-    def decoder():
-        with s.open() as seq:
-            for i in range(60):
-                seq.run(Row(None, object(), [i]))
-                decoding.set()
 
     def long_prompt():
         with s.open() as seq:
             seq.run(Row(None, object(), list(range(400)), want="none"))
 
-    t1 = threading.Thread(target=decoder)
-    t1.start()
-    assert decoding.wait(10)
+    t1 = _decoding(s, 60)
     t2 = threading.Thread(target=long_prompt)
     t2.start()
     t2.join(60)
@@ -94,17 +101,7 @@ def test_jobs_and_steps_share_the_time_while_requests_run():
     s = Scheduler(run_rows, gather_s=0.005)
     jobs_at_step: list[int] = []
     s.on_step = lambda plan: jobs_at_step.append(s.stats.jobs)
-    decoding = threading.Event()
-
-    def decoder():
-        with s.open() as seq:
-            for i in range(200):
-                seq.run(Row(None, object(), [i]))
-                decoding.set()
-
-    t = threading.Thread(target=decoder)
-    t.start()
-    assert decoding.wait(10)
+    t = _decoding(s, 200)
     for _ in range(4):
         s.call(lambda: time.sleep(0.1))
     t.join(60)
