@@ -142,9 +142,9 @@ class Scheduler:
         self.max_rows, self.step_tokens, self.step_tokens_decoding = max_rows, step_tokens, step_tokens_decoding
         self.max_step_kv_bytes, self.gather_s, self.name = max_step_kv_bytes, gather_s, name
         self.decode_slowdown, self.min_chunk = decode_slowdown, min_chunk
-        # Measured costs (exponential averages): a step of decode rows alone, and one prompt token.
         self._last_job_s = 0.0  # how long the last job took, and the steps' time since
         self._steps_since_job_s = 0.0
+        # Measured costs (exponential averages): a step of decode rows alone, and one prompt token.
         self._decode_step_s: float | None = None
         self._prompt_token_s: float | None = None
         self._cv = threading.Condition()
