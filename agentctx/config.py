@@ -49,8 +49,9 @@ class ModelConfig(_Strict):
     decode_batch: int = Field(
         16, ge=1, le=256, description="Most requests the local engine's scheduler runs at once: each step is one "
                                       "forward over their decode rows and prompt chunks; others wait; 1 = one by one")
-    decode_gather_ms: float = Field(
-        3.0, ge=0, le=1000, description="How long a step waits for running requests to hand in their next token")
+    decode_gather_ms: float | None = Field(
+        None, ge=0, le=1000, deprecated="no longer used: the engine loop holds every running request's next token",
+        description="Ignored (the engine loop needs no gather window); accepted so older config files still load")
     step_tokens: int | None = Field(
         None, ge=1, description="Prompt tokens one scheduler step takes when no generation is decoding; "
                                 "None = by device (CPU 64, CUDA 2048)")
@@ -79,7 +80,7 @@ class ModelConfig(_Strict):
             prefill_chunk_tokens=self.prefill_chunk_tokens, max_context_tokens=self.max_context_tokens,
             device=self.device, dtype=self.dtype, device_cache_bytes=self.device_cache_bytes,
             query_mode=self.query_mode, fused_norms=self.fused_norms, fused_rope=self.fused_rope,
-            fused_proj=self.fused_proj, decode_batch=self.decode_batch, decode_gather_s=self.decode_gather_ms / 1000,
+            fused_proj=self.fused_proj, decode_batch=self.decode_batch,
             step_tokens=self.step_tokens, step_tokens_decoding=self.step_tokens_decoding,
             max_step_kv_bytes=self.max_step_kv_bytes,
             vllm_kv_cache_gib=self.vllm_kv_cache_gib, vllm_max_model_len=self.vllm_max_model_len)
@@ -95,7 +96,9 @@ class StoreConfig(_Strict):
 class ServeConfig(_Strict):
     num_replicas: int = Field(1, ge=1, le=64)
     num_gpus_per_replica: float = Field(0.0, ge=0, description="0 = CPU replica; set 1 on GPU nodes")
-    max_ongoing_requests: int = Field(8, ge=1, description="Per replica; beyond it callers get 503")
+    max_ongoing_requests: int | None = Field(
+        None, ge=1, description="Requests a replica takes at once (running, or waiting in its engine loop); beyond "
+                                "it they queue at the caller, then 503; None = twice the model's decode_batch")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     api_keys: dict[str, str] = Field(default_factory=dict, description="API key -> tenant; empty = auth off")
@@ -121,7 +124,8 @@ class AgentctxConfig(_Strict):
         s = self.serve
         return ReplicaConfig(engine=self.model.engine_config(), redis_url=self.store.redis_url,
                              namespace=self.store.namespace, num_replicas=s.num_replicas,
-                             num_gpus_per_replica=s.num_gpus_per_replica, max_ongoing_requests=s.max_ongoing_requests,
+                             num_gpus_per_replica=s.num_gpus_per_replica,
+                             max_ongoing_requests=s.max_ongoing_requests or 2 * self.model.decode_batch,
                              max_queued_requests=s.max_queued_requests, retry_after_s=s.retry_after_s)
 
     @model_validator(mode="after")

@@ -101,8 +101,8 @@ class Runtime:
         """
         from ray import serve
 
-        from agentctx.serving.client import ServeReplicaClient
-        from agentctx.serving.deployments import deploy_replicas
+        from agentctx.serving.serve.client import ServeReplicaClient
+        from agentctx.serving.serve.deployments import deploy_replicas
 
         config = config or AgentctxConfig()
         owns_ray = init_ray(config, num_cpus=num_cpus)

@@ -229,7 +229,7 @@ def write_md(path: Path, http: dict, local: dict, cmd: str, seconds: float) -> s
         "unfairness (waiting threads are not served in arrival order). Batching concurrent requests into one",
         "forward is the way to more requests/s; it is not implemented.",
         "",
-        "A CPU replica sets torch's thread count to the node's cores itself (`serving/deployments.py`): Ray",
+        "A CPU replica sets torch's thread count to the node's cores itself (`serving/serve/deployments.py`): Ray",
         "puts `OMP_NUM_THREADS=1` in actors with `num_cpus=0`, which had left the replica on one core",
         "(engine time 1.0 s instead of 0.65 s for the same request).",
         "",

@@ -1,20 +1,32 @@
-"""Many agents at once on one replica: aggregate decode throughput and TTFT through the scheduler.
+"""Many agents at once on one replica: decode throughput, TTFT and host syncs through the engine loop.
 
-    python bench/bench_scheduler.py --model gemma3-270m-random --tokens 131072 --agents 1,4,16,64 \
-        --budgets 0.05,0.12,dense [--new-tokens 64] [--hol] [--out FILE]
+    python bench/bench_scheduler.py --model gemma3-270m-random --tokens 1048576 --agents 1,4,16 \
+        --budgets 0.12,dense --peers union,rows [--plans FILE] [--new-tokens 64] [--hol] [--out FILE]
 
-Random weights of the real architectures (bench/lib/models.py ``build_model``), one document
-of random token ids prefilled once. For each budget and each agent count, that many agents start
-together, each with its own question (random ids) and its own plan (sink, recent window and
-random pages up to the budget; ``dense`` = every page, i.e. dense reuse batched the same way),
-and generate ``--new-tokens`` greedy tokens through one :class:`Scheduler` (the engine's: decode
-rows in batched CUDA-graph rows, prompts through QuerySlots graphs). Reported per case:
-aggregate tok/s (all tokens / wall), decode tok/s (tokens after the first / decode span), TTFT
-p50 and p99, rows per step, and the floor: per step the weights once plus each row's KV bytes
-(pages read + sliding windows), at the copy bandwidth measured in the same run.
+Random weights of the real architectures (bench/lib/models.py ``build_model``), one document of
+random token ids prefilled once. For each budget, peer and agent count, that many agents start
+together through one :class:`EngineLoop` (serving/engine/loop.py), each with its own question
+(random ids) and plan (sink, recent window and random pages up to the budget; ``dense`` = every
+page), and generate ``--new-tokens`` greedy tokens. Peers, each measured in the same run:
+
+* ``union``: the engine's default: the decode rows of a document attend the union of their
+  plans, each page read once per step (kernels/union_attend.py). With ``dense`` plans this is
+  the **dense-cascade** peer (every page read once for all rows).
+* ``rows``: each row reads its own pages through its own block table (the engine before the
+  union kernel; with ``dense`` plans, **dense reuse batched row by row**).
+
+Reported per case: decode tok/s (tokens after the first / decode span), aggregate tok/s, TTFT
+p50/p99, rows per step, host syncs per decode step (every synchronising CUDA call, counted by
+torch's sync debug mode), the union's share of the document, and the floor: per step the weights
+once plus the KV bytes the peer must read (union: each union page once; rows: each row's pages),
+plus the sliding windows, at the copy bandwidth measured in the same run.
+
+``--plans FILE``: JSON ``{"pages": N, "plans": [[page, ...], ...]}``, real plans (e.g. the
+review's own, bench/experiments/review_plans.py) scaled onto this document's pages, instead of
+random ones; their overlap is what union attention saves.
 
 ``--hol``: TTFT of a short question alone (p50 of 20) against short questions arriving every
-50 ms while a ``--hol-tokens`` prompt is being prefilled through the same scheduler (p50, p99).
+50 ms while a ``--hol-tokens`` prompt is prefilled through the same loop (p50, p99).
 
 On CPU (no CUDA) it runs the same code in static mode, for a smoke test (tests/bench).
 """
@@ -27,8 +39,8 @@ import platform
 import random
 import statistics
 import sys
-import threading
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -56,11 +68,34 @@ def _bandwidth(dev: torch.device) -> float:
     return 2 * a.numel() * a.element_size() * 10 / (time.perf_counter() - t0)
 
 
+class SyncCounter:
+    """Synchronising CUDA calls made while active (torch's sync debug mode, one warning each)."""
+
+    def __init__(self, on: bool):
+        self.on, self.count = on, 0
+
+    def __enter__(self):
+        if self.on:
+            self._w = warnings.catch_warnings(record=True)
+            self._log = self._w.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            torch.cuda.set_sync_debug_mode("default")
+            self.count = sum(1 for w in self._log if "synchroniz" in str(w.message))
+            self._w.__exit__(*exc)
+
+
 class Bench:
     def __init__(self, args):
-        from agentctx.serving.batch_forward import run_rows
-        from agentctx.serving.model_runner import ModelRunner
-        from agentctx.serving.scheduler import Scheduler
+        from agentctx.serving.engine.local import STEP_TOKENS
+        from agentctx.serving.engine.loop import EngineLoop
+        from agentctx.serving.engine.scheduler import Scheduler
+        from agentctx.serving.runner.batch_forward import run_step
+        from agentctx.serving.runner.model_runner import ModelRunner
         from bench.lib.models import build_model
 
         self.args = args
@@ -79,119 +114,119 @@ class Bench:
                                        progress=False)
         self._sync()
         self.prefill_s = time.perf_counter() - t0
-        from agentctx.serving.engine import _STEP_TOKENS  # the engine's prompt budgets for this device
-
-        budget = _STEP_TOKENS["cuda" if cuda else "cpu"]
-        self.sched = Scheduler(lambda rows: run_rows(self.runner, rows), max_rows=max(args.agents),
-                               step_tokens=budget[0], step_tokens_decoding=budget[1], gather_s=0.002)
+        budget = STEP_TOKENS["cuda" if cuda else "cpu"]
+        self.loop = EngineLoop(lambda rows: run_step(self.runner, rows),
+                               Scheduler(max_rows=max(args.agents), step_tokens=budget[0],
+                                         step_tokens_decoding=budget[1]), device=self.dev)
         self.bw = _bandwidth(self.dev)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.loaded.model.parameters())
+        self.real_plans = None
+        if args.plans:
+            spec = json.loads(Path(args.plans).read_text())
+            scale = self.doc.num_pages / spec["pages"]
+            self.real_plans = [tuple(sorted({min(self.doc.num_pages - 1, int(p * scale)) for p in plan}))
+                               for plan in spec["plans"]]
 
     def _sync(self):
         if self.dev.type == "cuda":
             torch.cuda.synchronize()
 
-    def plan(self, budget: str, rng: random.Random) -> tuple[int, ...] | None:
+    def plan(self, budget: str, rng: random.Random, i: int) -> tuple[int, ...] | None:
         n = self.doc.num_pages
         if budget == "dense":
             return None
+        if budget == "real":
+            return self.real_plans[i % len(self.real_plans)]
         k = max(2, round(float(budget) * n))
         recent = max(1, self.args.recent_tokens // self.args.page_size)
         fixed = {0, *range(max(0, n - recent), n)}
         rest = [p for p in range(n) if p not in fixed]
         return tuple(sorted(fixed | set(rng.sample(rest, max(0, min(len(rest), k - len(fixed)))))))
 
-    def row_bytes(self, pages) -> int:
+    def kv_bytes(self, pages: int) -> int:
+        return self.runner.layout.kv_bytes_per_token(self.runner.dtype) * pages * self.args.page_size
+
+    def window_bytes(self) -> int:
         lay = self.runner.layout
-        per_tok = lay.kv_bytes_per_token(self.runner.dtype)
-        tokens = self.doc.num_tokens if pages is None else len(pages) * self.args.page_size
-        window = len(lay.sliding_layers) * 2 * (lay.window or 0) * lay.num_kv_heads * lay.head_dim * \
+        return len(lay.sliding_layers) * 2 * (lay.window or 0) * lay.num_kv_heads * lay.head_dim * \
             self.runner.dtype.itemsize
-        return per_tok * tokens + window
 
-    def agents(self, n: int, budget: str, seed: int) -> dict:
-        from agentctx.serving.batch_forward import Row, release
+    def agents(self, n: int, budget: str, peer: str, seed: int) -> dict:
+        from agentctx.serving.engine.request import Request
 
+        self.runner.union_attention = peer == "union"
         rng = random.Random(seed)
-        plans = [self.plan(budget, rng) for _ in range(n)]
+        plans = [self.plan(budget, rng, i) for i in range(n)]
         prompts = [[rng.randrange(10, self.vocab) for _ in range(self.args.prompt_tokens)] for _ in range(n)]
-        ttft, first_at, end_at = [0.0] * n, [0.0] * n, [0.0] * n
-        start = threading.Barrier(n + 1)
-
-        def agent(i):
-            tail = self.runner.new_tail(self.doc)
-            start.wait()
+        st, ls = self.loop.scheduler.stats, self.loop.stats
+        s0 = (st.steps, st.rows, ls.host_syncs)
+        cuda = self.dev.type == "cuda"
+        with SyncCounter(cuda) as syncs:
             t0 = time.perf_counter()
-            try:
-                with self.sched.open() as seq:
-                    logits = seq.run(Row(self.doc, tail, prompts[i], plans[i]))
-                    tok = int(logits.argmax())
-                    first_at[i] = time.perf_counter()
-                    ttft[i] = first_at[i] - t0
-                    for _ in range(self.args.new_tokens - 1):
-                        tok = int(seq.run(Row(self.doc, tail, [tok], plans[i])).argmax())
-                    end_at[i] = time.perf_counter()
-            finally:
-                release(tail)
-
-        s0 = (self.sched.stats.steps, self.sched.stats.rows)
-        threads = [threading.Thread(target=agent, args=(i,)) for i in range(n)]
-        for t in threads:
-            t.start()
-        start.wait()
-        t0 = time.perf_counter()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
-        steps, rows = self.sched.stats.steps - s0[0], self.sched.stats.rows - s0[1]
+            reqs = [self.loop.submit(Request(self.doc, self.runner.new_tail(self.doc), prompts[i], plans[i],
+                                             max_new_tokens=self.args.new_tokens, ignore_eos=True))
+                    for i in range(n)]
+            first_at, end_at = [0.0] * n, [0.0] * n
+            for i, r in enumerate(reqs):
+                for ev in r.stream:
+                    if ev.error is not None:
+                        raise ev.error
+                end_at[i] = time.perf_counter()
+                first_at[i] = r.first_token_at
+            wall = time.perf_counter() - t0
+        steps, rows = st.steps - s0[0], st.rows - s0[1]
+        ttft = [f - t0 for f in first_at]
         toks = n * self.args.new_tokens
         decode_span = max(end_at) - min(first_at)
-        step_bytes = self.weight_bytes + sum(self.row_bytes(p) for p in plans)
-        floor = n / (step_bytes / self.bw) if self.bw == self.bw else float("nan")
         decode = n * (self.args.new_tokens - 1) / decode_span
-        return {"agents": n, "budget": budget, "pages_each": None if plans[0] is None else len(plans[0]),
-                "wall_s": wall, "tok_per_s": toks / wall, "decode_tok_per_s": decode,
-                "ttft_p50_ms": 1e3 * _pct(ttft, 50), "ttft_p99_ms": 1e3 * _pct(ttft, 99),
-                "rows_per_step": rows / max(1, steps), "floor_tok_per_s": floor,
-                "floor_frac": decode / floor if floor == floor else None}
+        every = set(range(self.doc.num_pages))
+        union = set().union(*(every if p is None else set(p) for p in plans))
+        read_pages = len(union) if peer == "union" else sum(len(every if p is None else p) for p in plans)
+        step_bytes = self.weight_bytes + self.kv_bytes(read_pages) + n * self.window_bytes()
+        floor = n / (step_bytes / self.bw) if self.bw == self.bw else float("nan")
+        return {"agents": n, "budget": budget, "peer": peer,
+                "pages_each": None if plans[0] is None else round(statistics.mean(len(p) for p in plans), 1),
+                "union_share": len(union) / self.doc.num_pages, "wall_s": wall, "tok_per_s": toks / wall,
+                "decode_tok_per_s": decode, "ttft_p50_ms": 1e3 * _pct(ttft, 50), "ttft_p99_ms": 1e3 * _pct(ttft, 99),
+                "rows_per_step": rows / max(1, steps), "steps": steps,
+                "host_syncs_per_step": syncs.count / max(1, steps) if cuda else None,
+                "loop_syncs_per_step": (ls.host_syncs - s0[2]) / max(1, steps),
+                "floor_tok_per_s": floor, "floor_frac": decode / floor if floor == floor else None}
 
     def head_of_line(self) -> dict:
-        from agentctx.serving.batch_forward import Row
+        from agentctx.serving.engine.request import Request
 
+        self.runner.union_attention = True
         rng = random.Random(7)
-        plan = self.plan("0.12", rng)
+        plan = self.plan("0.12", rng, 0)
 
         def short() -> float:
-            tail = self.runner.new_tail(self.doc)
             q = [rng.randrange(10, self.vocab) for _ in range(self.args.prompt_tokens)]
             t0 = time.perf_counter()
-            with self.sched.open() as seq:
-                seq.run(Row(self.doc, tail, q, plan))
-            return time.perf_counter() - t0
+            r = self.loop.submit(Request(self.doc, self.runner.new_tail(self.doc), q, plan, max_new_tokens=1,
+                                         ignore_eos=True))
+            list(r.stream)
+            return r.first_token_at - t0
 
         for _ in range(3):
             short()
         idle = [short() for _ in range(20)]
         long_ids = [rng.randrange(10, self.vocab) for _ in range(self.args.hol_tokens)]
         busy: list[float] = []
-        done = threading.Event()
-        long_s = [0.0]
-
-        def long_prompt():
-            t0 = time.perf_counter()
-            with self.sched.open() as seq:
-                seq.run(Row(self.doc, self.runner.new_tail(self.doc), long_ids, plan))
-            long_s[0] = time.perf_counter() - t0
-            done.set()
-
-        threading.Thread(target=long_prompt, daemon=True).start()
+        t0 = time.perf_counter()
+        long_req = self.loop.submit(Request(self.doc, self.runner.new_tail(self.doc), long_ids, plan,
+                                            max_new_tokens=1, ignore_eos=True))
         time.sleep(0.01)
-        while not done.is_set():
+        while not long_req.finished:
             busy.append(short())
             time.sleep(0.05)
+        list(long_req.stream)
+        long_s = time.perf_counter() - t0
+        if long_req.error is not None:
+            raise long_req.error
         return {"hol_tokens": self.args.hol_tokens, "idle_p50_ms": 1e3 * statistics.median(idle),
                 "busy_p50_ms": 1e3 * _pct(busy, 50), "busy_p99_ms": 1e3 * _pct(busy, 99), "busy_n": len(busy),
-                "p99_over_idle_p50": _pct(busy, 99) / statistics.median(idle), "long_prompt_s": long_s[0]}
+                "p99_over_idle_p50": _pct(busy, 99) / statistics.median(idle), "long_prompt_s": long_s}
 
 
 def main(argv=None) -> dict:
@@ -199,7 +234,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--model", default="gemma3-270m-random")
     ap.add_argument("--tokens", type=int, default=131072)
     ap.add_argument("--agents", default="1,4,16,64")
-    ap.add_argument("--budgets", default="0.05,0.12,dense")
+    ap.add_argument("--budgets", default="0.12,dense", help="fractions, 'dense', 'real' (with --plans)")
+    ap.add_argument("--peers", default="union,rows")
+    ap.add_argument("--plans", default=None)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=24)
     ap.add_argument("--page-size", type=int, default=256)
@@ -215,28 +252,41 @@ def main(argv=None) -> dict:
           f"({b.doc.num_pages} pages, prefill {b.prefill_s:.1f} s), copy bandwidth {b.bw / 1e12:.2f} TB/s, "
           f"query mode {b.runner.query_mode}", flush=True)
     results = []
-    for budget in args.budgets.split(","):
+    try:
+        for budget in args.budgets.split(","):
+            for peer in args.peers.split(","):
+                for n in args.agents:
+                    b.agents(n, budget, peer, seed=1000 + n)  # warm: captures this bucket's graphs
+                    r = b.agents(n, budget, peer, seed=n)
+                    results.append(r)
+                    syncs = r["host_syncs_per_step"]
+                    print(f"  {budget:>6} {peer:>5} {n:3d} agents: decode {r['decode_tok_per_s']:9.0f} tok/s "
+                          f"(floor {r['floor_tok_per_s']:9.0f}, union {r['union_share']:.0%}), TTFT p50 "
+                          f"{r['ttft_p50_ms']:7.1f} ms p99 {r['ttft_p99_ms']:7.1f} ms, {r['rows_per_step']:.1f} "
+                          f"rows/step, host syncs/step {'-' if syncs is None else f'{syncs:.2f}'}", flush=True)
+        by = {(r["budget"], r["peer"], r["agents"]): r["decode_tok_per_s"] for r in results}
         for n in args.agents:
-            b.agents(n, budget, seed=1000 + n)  # warm: captures this bucket's graphs
-            r = b.agents(n, budget, seed=n)
-            results.append(r)
-            print(f"  {budget:>6} {n:3d} agents: {r['tok_per_s']:9.0f} tok/s (decode {r['decode_tok_per_s']:9.0f}, "
-                  f"floor {r['floor_tok_per_s']:9.0f}), TTFT p50 {r['ttft_p50_ms']:7.1f} ms p99 "
-                  f"{r['ttft_p99_ms']:7.1f} ms, {r['rows_per_step']:.1f} rows/step", flush=True)
-    for n in args.agents:
-        by = {r["budget"]: r for r in results if r["agents"] == n}
-        if "dense" in by:
-            print(f"  {n:3d} agents, decode tok/s vs dense: " + ", ".join(
-                f"{k} {v['decode_tok_per_s'] / by['dense']['decode_tok_per_s']:.2f}x" for k, v in by.items()
-                if k != "dense"))
-    out = {"model": args.model, "device": dev, "tokens": b.doc.num_tokens, "bandwidth_Bps": b.bw,
-           "weights_bytes": b.weight_bytes, "results": results}
-    if args.hol:
-        out["head_of_line"] = h = b.head_of_line()
-        print(f"  head-of-line: short question TTFT idle p50 {h['idle_p50_ms']:.1f} ms; during a "
-              f"{h['hol_tokens']}-token prompt p50 {h['busy_p50_ms']:.1f} ms p99 {h['busy_p99_ms']:.1f} ms "
-              f"({h['p99_over_idle_p50']:.2f}x idle p50, n={h['busy_n']})")
-    b.sched.shutdown()
+            for budget in args.budgets.split(","):
+                if budget == "dense":
+                    continue
+                sel = by.get((budget, "union", n))
+                cascade, rows = by.get(("dense", "union", n)), by.get(("dense", "rows", n))
+                parts = []
+                if sel and cascade:
+                    parts.append(f"{sel / cascade:.2f}x dense-cascade")
+                if sel and rows:
+                    parts.append(f"{sel / rows:.2f}x dense row by row")
+                if parts:
+                    print(f"  {n:3d} agents, {budget} union: " + ", ".join(parts))
+        out = {"model": args.model, "device": dev, "tokens": b.doc.num_tokens, "bandwidth_Bps": b.bw,
+               "weights_bytes": b.weight_bytes, "results": results}
+        if args.hol:
+            out["head_of_line"] = h = b.head_of_line()
+            print(f"  head-of-line: short question TTFT idle p50 {h['idle_p50_ms']:.1f} ms; during a "
+                  f"{h['hol_tokens']}-token prompt p50 {h['busy_p50_ms']:.1f} ms p99 {h['busy_p99_ms']:.1f} ms "
+                  f"({h['p99_over_idle_p50']:.2f}x idle p50, n={h['busy_n']}, long prompt {h['long_prompt_s']:.2f} s)")
+    finally:
+        b.loop.shutdown()
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=2))
     return out

@@ -1,6 +1,6 @@
-"""The replica's scheduler on CPU against the engine it replaced, in the same run (real Gemma 3 270M).
+"""The replica's engine on CPU against the engine it replaced, in the same run (real Gemma 3 270M).
 
-    python bench/bench_scheduler_cpu.py [--before-ref 9fdd1dd] [--agents 8] [--tokens 4096] [--out FILE]
+    python bench/bench_scheduler_cpu.py [--before-ref f7dc6b9] [--agents 8] [--tokens 4096] [--out FILE]
 
 Two cases, each run by both peers on this machine in fresh processes, the peers alternating
 ``--repeats`` times (default 2; a shared machine's load then hits both alike) and the best run
@@ -12,9 +12,11 @@ of each reported (the agents case by tok/s, the head-of-line case by its ratio):
 * **head-of-line**: a short query alone, then the same query sent while a 16,384-character
   question (over the whole document) is in flight; the short query's latency in both.
 
-The "before" peer is the engine of ``--before-ref`` (default 9fdd1dd, the last commit before the
-scheduler: a forward lock for prompts, decode steps batched by ``DecodeBatcher``), exported
-with ``git archive`` into a temporary dir and imported from there; "after" is this checkout. Both use the same venv.
+The "before" peer is the engine of ``--before-ref`` (default f7dc6b9, the last commit before the
+engine loop: a thread per request handing the scheduler one token at a time; 9fdd1dd is the one
+before that scheduler, with a forward lock for prompts and ``DecodeBatcher``), exported with
+``git archive`` into a temporary dir and imported from there; "after" is this checkout. Both
+use the same venv.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ def _concurrent(engine, reqs, delays=None) -> list:
 
 def run_peer(args) -> dict:
     """Both cases on the engine importable as agentctx (this checkout or the --before-ref tree)."""
+    import inspect
+
     import agentctx.serving.engine as engine_mod
     from agentctx.serving.engine import LocalEngine
     from agentctx.serving.model_loader import load_model
@@ -67,7 +71,7 @@ def run_peer(args) -> dict:
 
     loaded = load_model(args.model)
     kw = {"decode_batch": max(args.agents, 2)}
-    if hasattr(engine_mod, "Scheduler"):
+    if "step_tokens" in inspect.signature(LocalEngine.__init__).parameters:
         kw.update(step_tokens=args.step_tokens, step_tokens_decoding=args.step_tokens_decoding)
     engine = LocalEngine(loaded, **kw)
     # Ablations of the "after" peer (attributes that the old engine does not have are left alone).
@@ -142,8 +146,8 @@ def _child(args, pythonpath: str | None) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None, help="local checkpoint dir; default: embedded Gemma 3 270M")
-    # 9fdd1dd: the last commit with the DecodeBatcher engine (the `restructure` tip the scheduler branched from).
-    ap.add_argument("--before-ref", default="9fdd1dd")
+    # f7dc6b9: the last commit with the thread-per-request scheduler (9fdd1dd: the DecodeBatcher engine).
+    ap.add_argument("--before-ref", default="f7dc6b9")
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--agents", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=32)

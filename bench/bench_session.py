@@ -96,7 +96,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--kernel-impl", default="auto", help="attend_selected impl: auto|triton|torch|flash")
     ap.add_argument("--kernel-reps", type=int, default=20)
     ap.add_argument("--query-mode", default="auto", choices=("auto", "eager", "static", "graph"),
-                    help="query forwards: auto = CUDA graphs on CUDA, eager on CPU (serving.static_query)")
+                    help="query forwards: auto = CUDA graphs on CUDA, eager on CPU (serving.runner.static_query)")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="stop starting new work after this many seconds (470 on CUDA, 7200 on CPU); "
                          "a SIGALRM hard stop follows 30 s later (results so far are still written)")
@@ -113,7 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="real-gemma only: a dir whose tokenizer replaces the weights' own (with a .gguf on a "
                          "machine whose transformers rebuilds its tokenizer wrongly)")
     ap.add_argument("--fused-proj", default="auto", choices=("auto", "on", "off"),
-                    help="merged q/k/v and gate/up products (serving/fused_proj.py); off = for an A/B run")
+                    help="merged q/k/v and gate/up products (serving/fusions/proj.py); off = for an A/B run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="output dir (default $OUT, else bench/results)")
     return ap.parse_args(argv)

@@ -1,7 +1,7 @@
 """Benchmark: one context's KV sharded by sequence over 1, 2, 4 GPUs (NCCL).
 
 Run on a CUDA machine (imports only torch, the `kernels` package and the
-torch-only `serving.sharding` / `serving.sharded_attention` modules; no Ray):
+torch-only `serving.sharding.plan` / `serving.sharding.attention` modules; no Ray):
 
     python bench/bench_sharded.py --gpus 1            # the single-GPU machine
     python bench/bench_sharded.py --gpus 1,2,4        # 2/4 reported "blocked" if absent
@@ -27,7 +27,7 @@ Hkv=8, D=128, bf16, page 256) and 1M / 4M tokens of document KV:
 
 One process per GPU (torch.multiprocessing spawn), NCCL process group,
 ``NCCL_NVLS_ENABLE=0`` set before anything starts. Placement uses
-``serving.sharding.plan_placement`` with each GPU's free memory and the
+``serving.sharding.plan.plan_placement`` with each GPU's free memory and the
 ``nvidia-smi topo -m`` link costs. A size whose per-GPU share does not fit
 (4M tokens of Llama-8B KV = 512 GiB, i.e. 128 GiB per GPU on 4 GPUs) is
 skipped with the reason printed. GPU counts above what the machine has are
@@ -63,8 +63,8 @@ import torch.multiprocessing as mp  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from agentctx.kernels import attend_selected  # noqa: E402
-from agentctx.serving.sharded_attention import KVShard  # noqa: E402
-from agentctx.serving.sharding import WorkerInfo, kv_page_bytes, plan_placement, topology_costs  # noqa: E402
+from agentctx.serving.sharding.attention import KVShard  # noqa: E402
+from agentctx.serving.sharding.plan import WorkerInfo, kv_page_bytes, plan_placement, topology_costs  # noqa: E402
 
 GiB = 1 << 30
 LLAMA8B = dict(layers=32, Hq=32, Hkv=8, D=128)

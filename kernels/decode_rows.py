@@ -1,6 +1,6 @@
 """Attention of many one-token decode rows at once, in plain PyTorch (the CPU decode step).
 
-A packed step (serving/batch_forward.py) carries one new token for each running generation.
+A packed step (serving/runner/batch_forward.py) carries one new token for each running generation.
 Attending them row by row costs ~25 small ops per row and layer; on a CPU those ops, not the
 arithmetic, are what a batched decode step pays for. These two functions attend a whole batch
 of rows with a handful of ops:

@@ -14,6 +14,12 @@ tile, so a single program would stream the whole 513-entry band, one dependent 3
 after another (~60 us per layer on an H200, latency-bound). With ``NUM_SPLITS > 1`` grid axis
 2 cuts each tile's band into equal runs of steps; every program writes an fp32 partial and
 its LSE, and the page kernel's split merge (kernels/triton_attend.py) combines them exactly.
+
+Per-token tiles (``PER_TOKEN``, with a ``QB`` lower bound per query token): the decode rows of
+many queries in one launch (serving/runner/batch_slots.py). Their buffers are one flat buffer,
+row after row, so query token t sees ``[max(lo_t, QB[t]), hi_t]``: its own row's entries only.
+Tokens of different rows sit far apart in that buffer, so a tile holds one token's heads
+(grid axis 1 is the token) and streams its band alone, not the span of several rows' bands.
 """
 
 from __future__ import annotations
@@ -35,21 +41,27 @@ __all__ = ["triton_tail_merged", "triton_window"]
 
 @triton.jit(do_not_specialize=["Tq", "C", "OFF", "WINDOW"])
 def _slots_kernel(
-    Q, K, V, QS, OP, LP, O, OPS, LPS,
+    Q, K, V, QS, QB, OP, LP, O, OPS, LPS,
     stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh,
     stride_pt, stride_ph, stride_lt, stride_lh, stride_ot, stride_oh,
     Tq, C, OFF, WINDOW, qk_scale, softcap,
     GROUP: tl.constexpr, HQ: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_PAGES: tl.constexpr, SPLIT_OUT: tl.constexpr,
-    USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, PER_TOKEN: tl.constexpr,
 ):
     kvh = tl.program_id(0)
     mt = tl.program_id(1)
-    rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
-    t = rows // GROUP
-    h = kvh * GROUP + rows % GROUP
-    row_mask = rows < Tq * GROUP
+    if PER_TOKEN:  # one query token per tile: its GROUP heads
+        local = tl.arange(0, BLOCK_M)
+        t = tl.zeros([BLOCK_M], dtype=tl.int32) + mt
+        h = kvh * GROUP + local % GROUP
+        row_mask = local < GROUP
+    else:
+        rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
+        t = rows // GROUP
+        h = kvh * GROUP + rows % GROUP
+        row_mask = rows < Tq * GROUP
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < D
     offs_n = tl.arange(0, BLOCK_N)
@@ -63,6 +75,8 @@ def _slots_kernel(
         row_lo = row_hi - WINDOW + 1
     else:
         row_lo = tl.zeros([BLOCK_M], dtype=tl.int32)
+    if PER_TOKEN:
+        row_lo = tl.maximum(row_lo, tl.load(QB + t, mask=row_mask, other=0).to(tl.int32))
     row_hi = tl.where(row_mask, row_hi, -1)
     row_lo = tl.where(row_mask, row_lo, C)
     hi = tl.minimum(tl.max(row_hi, axis=0) + 1, C)
@@ -136,15 +150,18 @@ def _block_n(block_d: int, block_m: int) -> int:
     return 32 if (block_d >= 256 or block_m >= 64) else 64
 
 
-def launch_splits(q: Tensor, k: Tensor, window: int) -> int:
-    """The split count :func:`triton_window` uses by default for these shapes."""
+def launch_splits(q: Tensor, k: Tensor, window: int, per_token: bool = False) -> int:
+    """The split count :func:`triton_window` uses by default for these shapes (per-token tiles:
+    one tile per query token)."""
     group = q.shape[1] // k.shape[1]
     block_d = triton.next_power_of_2(max(q.shape[2], 16))
-    return tail_tiles.window_splits(q.shape[0] * group, k.shape[1], window,
+    rows = q.shape[0] * (tail_tiles.WINDOW_BLOCK_M if per_token else group)
+    return tail_tiles.window_splits(rows, k.shape[1], window,
                                     _block_n(block_d, tail_tiles.WINDOW_BLOCK_M), _sm_count(q.device))
 
 
-def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, num_splits=None) -> Tensor:
+def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, num_splits=None, q_base=None
+            ) -> Tensor:
     if q.device.type != "cuda" and not (INTERPRET and q.device.type == "cpu"):
         raise ValueError(
             f"triton slot attention needs CUDA tensors (or TRITON_INTERPRET=1 with CPU ones), got {q.device}")
@@ -161,12 +178,14 @@ def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, n
     has_pages = o_pages is not None
     if not has_pages:  # unused by the kernel; any valid pointers will do
         o_pages, lse_pages = out, out
-    block_m = tail_tiles.block_m_for(rows, "window" if window else "tail_merged")
+    per_token = q_base is not None
+    kind = "window" if window else "tail_merged"
+    block_m = tail_tiles.block_m_for(group, kind) if per_token else tail_tiles.block_m_for(rows, kind)
     block_d = triton.next_power_of_2(max(d, 16))
     block_n = _block_n(block_d, block_m)
     use_softcap = bool(softcap)
     if num_splits is None:
-        num_splits = launch_splits(q, k, window) if window else 1
+        num_splits = launch_splits(q, k, window, per_token) if window else 1
     if num_splits > 1 and has_pages:
         raise ValueError("triton slot attention: split-K is for the window band only")
     split = num_splits > 1
@@ -175,16 +194,17 @@ def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, n
         lps = torch.empty(num_splits, tq, hq, dtype=torch.float32, device=q.device)
     else:
         ops, lps = out, out  # unused
-    grid = (hkv, triton.cdiv(rows, block_m), num_splits)
+    tiles = tq if per_token else triton.cdiv(rows, block_m)
+    grid = (hkv, tiles, num_splits)
     _slots_kernel[grid](
-        q, k, v, q_slots, o_pages, lse_pages, out, ops, lps,
+        q, k, v, q_slots, q_slots if q_base is None else q_base, o_pages, lse_pages, out, ops, lps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         o_pages.stride(0), o_pages.stride(1), lse_pages.stride(0), lse_pages.stride(1), out.stride(0), out.stride(1),
         tq, c, off, window or 0, float(scale), float(softcap) if use_softcap else 1.0,
         GROUP=group, HQ=hq, D=d, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=num_splits,
         USE_WINDOW=bool(window), HAS_PAGES=has_pages, SPLIT_OUT=split,
         USE_SOFTCAP=use_softcap, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
+        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16, PER_TOKEN=per_token,
         num_warps=8 if block_m * block_d >= 64 * 128 else 4, num_stages=2,
     )
     if split:
@@ -203,15 +223,17 @@ def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, n
 
 
 def triton_tail_merged(q: Tensor, tail_k: Tensor, tail_v: Tensor, q_slots: Tensor, o_pages: Tensor,
-                       lse_pages: Tensor, scale: float, softcap: float | None = None) -> Tensor:
+                       lse_pages: Tensor, scale: float, softcap: float | None = None, q_base: Tensor | None = None
+                       ) -> Tensor:
     """See kernels.tail_merge.attend_tail_merged (inputs validated there)."""
-    return _launch(q, tail_k, tail_v, q_slots, 0, None, o_pages, lse_pages, scale, softcap)
+    return _launch(q, tail_k, tail_v, q_slots, 0, None, o_pages, lse_pages, scale, softcap, q_base=q_base)
 
 
 def triton_window(q: Tensor, k: Tensor, v: Tensor, q_slots: Tensor, offset: int, window: int, scale: float,
-                  softcap: float | None = None, num_splits: int | None = None) -> Tensor:
+                  softcap: float | None = None, num_splits: int | None = None, q_base: Tensor | None = None
+                  ) -> Tensor:
     """See kernels.tail_merge.attend_window (inputs validated there). num_splits: programs per row
     tile along the band (None: :func:`kernels.tail_tiles.window_splits`; tests and sweeps set it)."""
     if num_splits is not None and num_splits < 1:
         raise ValueError(f"triton_window: num_splits must be >= 1, got {num_splits}")
-    return _launch(q, k, v, q_slots, offset, window, None, None, scale, softcap, num_splits)
+    return _launch(q, k, v, q_slots, offset, window, None, None, scale, softcap, num_splits, q_base)

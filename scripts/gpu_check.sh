@@ -7,6 +7,9 @@
 #   GPU_CHECK_PROFILE=0 bash scripts/gpu_check.sh      # tests only
 #   GPU_CHECK_PREFILL=none bash scripts/gpu_check.sh   # no prefill paths
 #   GPU_CHECK_LLAMA=1 bash scripts/gpu_check.sh        # also the Llama-8B 32K profile
+#   GPU_CHECK_PROFILE=0 GPU_CHECK_ENGINE=1 bash scripts/gpu_check.sh   # tests, then the engine loop
+#       benchmark (bench/bench_scheduler.py: Gemma 1M 1/4/16 agents, union and row-by-row peers,
+#       12% and dense; head of line at 128K), JSON to $OUT
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out/gpu}"
@@ -21,8 +24,9 @@ if ! "$py" -m pip install -q --no-deps --no-build-isolation -e . > "$out/pip_ins
 fi
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader || true
 t0=$SECONDS
-gpu_tests=(tests/kernels/test_tail_merge_gpu.py tests/kernels/test_rmsnorm_gpu.py tests/kernels/test_triton_gpu.py
-           tests/kernels/test_positional.py tests/serving/test_model_runner_gpu.py)
+gpu_tests=(tests/kernels/test_tail_merge_gpu.py tests/kernels/test_union_gpu.py tests/kernels/test_rmsnorm_gpu.py
+           tests/kernels/test_triton_gpu.py tests/kernels/test_positional.py tests/serving/test_model_runner_gpu.py
+           tests/serving/test_batch_slots_gpu.py)
 [ -f tests/kernels/test_rope_gpu.py ] && gpu_tests+=(tests/kernels/test_rope_gpu.py tests/serving/test_fused_rope.py)
 [ -f tests/serving/test_fused_proj.py ] && gpu_tests+=(tests/serving/test_fused_proj.py)
 timeout 480 "$py" -m pytest -q -m gpu -p no:cacheprovider "${gpu_tests[@]}" > "$out/gpu_tests.log" 2>&1
@@ -45,4 +49,14 @@ if [ "${GPU_CHECK_PROFILE:-1}" = 1 ]; then
     timeout 150 "$py" bench/experiments/profile_step.py --model llama3-8b-random --tokens 32768 > "$out/profile_llama32k.log" 2>&1
   fi
   grep -hE "forward|launches|interleaved|first-call" "$out"/profile_*.log
+fi
+if [ "${GPU_CHECK_ENGINE:-0}" = 1 ]; then
+  t0=$SECONDS
+  timeout 330 "$py" bench/bench_scheduler.py --model gemma3-270m-random --tokens 1048576 --agents 1,4,16 \
+    --budgets 0.12,dense --peers union,rows --out "$out/sched_gemma_1m.json" > "$out/sched_gemma_1m.log" 2>&1
+  echo "engine bench gemma 1M rc=$? ($((SECONDS - t0)) s)"; grep -E "agents|head-of-line" "$out/sched_gemma_1m.log"
+  t0=$SECONDS
+  timeout 150 "$py" bench/bench_scheduler.py --model gemma3-270m-random --tokens 131072 --agents 64 \
+    --budgets 0.12 --peers union --hol --out "$out/sched_gemma_128k.json" > "$out/sched_gemma_128k.log" 2>&1
+  echo "engine bench gemma 128K rc=$? ($((SECONDS - t0)) s)"; grep -E "agents|head-of-line" "$out/sched_gemma_128k.log"
 fi

@@ -33,9 +33,8 @@ class EngineConfig:
     fused_norms: str = "auto"
     fused_rope: str = "auto"
     fused_proj: str = "auto"
-    decode_batch: int = 16  # requests the scheduler runs at once (serving/scheduler.py)
-    decode_gather_s: float = 0.003
-    step_tokens: int | None = None  # None: by device (serving/engine.py _STEP_TOKENS)
+    decode_batch: int = 16  # requests the engine loop runs at once (serving/engine/scheduler.py)
+    step_tokens: int | None = None  # None: by device (serving/engine/local.py STEP_TOKENS)
     step_tokens_decoding: int | None = None
     max_step_kv_bytes: int | None = 4 << 30
     vllm_kv_cache_gib: float = 4.0
@@ -69,6 +68,6 @@ class ReplicaConfig:
     namespace: str = "agentctx"
     num_replicas: int = 1
     num_gpus_per_replica: float = 0.0
-    max_ongoing_requests: int = 8
+    max_ongoing_requests: int = 32  # Serve's limit per replica (the runtime sets 2 x decode_batch)
     max_queued_requests: int = 64  # -1 = no cap
     retry_after_s: float = 1.0

@@ -45,7 +45,7 @@ class PrefillResult:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How the next token is picked beyond temperature (``serving/sampling.py`` ``pick_token``).
+    """How the next token is picked beyond temperature (``serving/engine/reference_sampling.py`` ``pick_token``).
 
     Defaults change nothing: greedy stays the argmax, sampling stays a draw from the softmax.
     """
@@ -55,6 +55,9 @@ class SamplingParams:
     min_p: float = 0.0  # drop tokens below min_p x the most likely token's probability
     presence_penalty: float = 0.0  # subtracted from the logit of every token generated at least once
     frequency_penalty: float = 0.0  # subtracted once per earlier occurrence
+    # vLLM's: a logit of a token seen in the prompt or the output is divided by it when positive,
+    # multiplied when negative (1: off)
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.top_p <= 1.0:  # 0 keeps only the most likely token
@@ -63,6 +66,8 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
 
     @property
     def is_default(self) -> bool:
@@ -90,6 +95,8 @@ class GenerateRequest:
     constraint: str | None = None
     copy_pages: tuple[int, ...] | None = None  # pages a "copy" quote may come from (default: attended)
     sampling: SamplingParams | None = None  # top-p/top-k/min-p and penalties (None: plain temperature)
+    min_tokens: int = 0  # no stop token (end of text) before this many tokens (vLLM's min_tokens)
+    ignore_eos: bool = False  # generate through stop tokens, up to max_new_tokens (vLLM's ignore_eos)
 
 
 @dataclass

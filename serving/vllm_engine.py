@@ -197,8 +197,21 @@ class VLLMEngine(Engine):
         P = self.page_size
         return len(ids), [torch.tensor(ids[i : i + P], dtype=torch.int64) for i in range(0, len(ids), P)], None
 
-    # holds/drop: Engine's. On drop, vLLM frees the document's cached blocks itself (LRU)
-    # once no request uses them.
+    def _cached(self, context_id: str) -> list[int] | None:
+        with self._lock:
+            ids = self._docs.get(context_id)
+            if ids is not None:
+                self._docs.move_to_end(context_id)
+            return ids
+
+    def holds(self, context_id: str) -> bool:
+        with self._lock:
+            return context_id in self._docs
+
+    def drop(self, context_id: str) -> bool:
+        """Forget a context; vLLM frees its cached blocks itself (LRU) once no request uses them."""
+        with self._lock:
+            return self._docs.pop(context_id, None) is not None
 
     def cached_bytes(self) -> int:
         with self._lock:
@@ -260,9 +273,11 @@ class VLLMEngine(Engine):
         sp = req.sampling
         extra = {} if sp is None else {"top_p": sp.top_p, "top_k": sp.top_k or -1, "min_p": sp.min_p,
                                        "presence_penalty": sp.presence_penalty,
-                                       "frequency_penalty": sp.frequency_penalty}
+                                       "frequency_penalty": sp.frequency_penalty,
+                                       "repetition_penalty": sp.repetition_penalty}
         params = SamplingParams(
             max_tokens=req.max_new_tokens, temperature=req.temperature, seed=req.seed,
+            min_tokens=req.min_tokens, ignore_eos=req.ignore_eos,
             stop=list(req.stop) or None, stop_token_ids=sorted(self._stop_ids),
             output_kind=RequestOutputKind.DELTA, structured_outputs=structured, **extra,
         )

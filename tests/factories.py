@@ -87,15 +87,13 @@ def make_tiny_checkpoint(family: str, path: Path, seed: int = 0, sliding_window:
 
 def greedy_tokens(runner, doc, prompt_ids, pages=None, max_new_tokens: int = 8, stop_ids=None) -> list[int]:
     """Greedy tokens after a prefilled document, straight on a ModelRunner (the engine's token loop)."""
-    from agentctx.serving.decode import TokenLoop
+    from agentctx.serving.engine.reference_sampling import greedy_decode
 
     with torch.inference_mode():
         tail = runner.new_tail(doc)
         logits = runner.extend(doc, tail, list(prompt_ids), pages)
-        loop = TokenLoop(logits, lambda token, _allowed: runner.extend(doc, tail, [token], pages),
-                         max_new_tokens=max_new_tokens,
-                         stop_ids=runner.stop_token_ids() if stop_ids is None else stop_ids)
-        return list(loop)
+        return greedy_decode(logits, lambda token: runner.extend(doc, tail, [token], pages), max_new_tokens,
+                             runner.stop_token_ids() if stop_ids is None else stop_ids)
 
 
 def token_ids(n: int, seed: int) -> list[int]:
@@ -107,7 +105,7 @@ def token_ids(n: int, seed: int) -> list[int]:
 def tiny_runner(family: str, path: Path, **kw):
     """A CPU ModelRunner over a fresh tiny checkpoint: 16-token pages, 32-token prefill chunks."""
     from agentctx.serving.model_loader import load_model
-    from agentctx.serving.model_runner import ModelRunner
+    from agentctx.serving.runner.model_runner import ModelRunner
 
     kw.setdefault("page_size", 16)
     kw.setdefault("prefill_chunk_tokens", 32)

@@ -103,8 +103,8 @@ def test_the_gpu_path_imports_with_torch_triton_and_transformers_only(tmp_path):
         "import sys\n"
         "for m in ('ray', 'pydantic', 'faiss', 'redis', 'sentence_transformers', 'fastapi'):\n"
         "    sys.modules[m] = None  # importing any of them now fails\n"
-        "import agentctx.kernels, agentctx.serving.engine, agentctx.serving.model_runner\n"
-        "import agentctx.serving.static_query, agentctx.serving.config, agentctx.serving.decode\n"
+        "import agentctx.kernels, agentctx.serving.engine, agentctx.serving.runner.model_runner\n"
+        "import agentctx.serving.runner.static_query, agentctx.serving.config, agentctx.serving.engine.loop\n"
     )
     proc = _python(code, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -24,7 +24,7 @@ def main() -> int:
     ap.add_argument("--allowed", type=int, default=8, help="tokens a copy-constrained step may take")
     args = ap.parse_args()
     from agentctx.serving.model_loader import load_model
-    from agentctx.serving.model_runner import ModelRunner
+    from agentctx.serving.runner.model_runner import ModelRunner
 
     loaded = load_model(args.model)
     runner = ModelRunner(loaded, page_size=256, prefill_chunk_tokens=1024)

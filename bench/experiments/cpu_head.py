@@ -30,9 +30,9 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
-    from agentctx.serving.batch_forward import Row, run_rows
     from agentctx.serving.model_loader import load_model
-    from agentctx.serving.model_runner import ModelRunner, _cpu_head
+    from agentctx.serving.runner.batch_forward import Row, run_rows
+    from agentctx.serving.runner.model_runner import ModelRunner, _cpu_head
 
     loaded = load_model(args.model, device="cpu")
     runner = ModelRunner(loaded, page_size=256, prefill_chunk_tokens=1024)

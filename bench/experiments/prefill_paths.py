@@ -57,7 +57,7 @@ def main() -> int:
     sizes = [_size(s) for s in args.tokens.split(",")]
 
     import agentctx.kernels.positional as kp
-    import agentctx.serving.model_runner as mr
+    import agentctx.serving.runner.model_runner as mr
     from agentctx.kernels import tail_merge, tail_tiles
 
     if args.model and not Path(args.model).exists():

@@ -5,7 +5,7 @@
 A 24-token greedy generation over a 4K-token contract alone, then started 0.2 s before an
 ~7.5K-token document's prefill on the same engine. Three scheduler policies, alternating in one
 process (each with the generation's longest wait between two pieces of streamed text):
-"one step per job" (the scheduler before 2026-12-05: a prefill chunk of 1,024 tokens, then one
+"one step per job" (the policy before 2026-12-05: a prefill chunk of 1,024 tokens, then one
 step, then the next chunk) and "time shared" (the default: while requests run, a job waits until
 the steps since the last job have had as long as it took). A third policy, prefill chunks sized
 to ~4 decode steps (256 tokens here) beside running requests, was tried: the same generation
@@ -28,8 +28,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     from agentctx.serving.engine import LocalEngine
+    from agentctx.serving.engine.loop import EngineLoop
     from agentctx.serving.model_loader import load_model
-    from agentctx.serving.scheduler import Scheduler
     from agentctx.serving.types import GenerateRequest
     from tests.fixtures.contracts import generate_contract
 
@@ -39,8 +39,8 @@ def main() -> int:
     req = GenerateRequest("doc", "\nQuestion: Which law governs this agreement?\nAnswer:", pages=(2, 9),
                           max_new_tokens=24)
     eng.generate(req)
-    sched = eng.scheduler
-    real_run_job = Scheduler._run_job
+    sched = eng.loop
+    real_run_job = EngineLoop._run_job
 
     def policy(name: str) -> None:
         sched.__dict__.pop("_run_job", None)

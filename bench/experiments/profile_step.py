@@ -4,8 +4,8 @@
     python bench/experiments/profile_step.py --tokens 2048         # CPU smoke run (eager vs static)
 
 Prefills random token ids once, then times N single-token extends over 12% of the
-pages in each query mode, side by side in one process (serving.static_query), on
-CUDA also with fused RMSNorm kernels (serving.fused_norms, "+fn"), and profiles
+pages in each query mode, side by side in one process (serving.runner.static_query), on
+CUDA also with fused RMSNorm kernels (serving.fusions.norms, "+fn"), and profiles
 the eager forward with torch.profiler: kernel launches per forward, GPU busy time
 per forward, and the ops with the most host time.
 """
@@ -33,7 +33,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from agentctx.kernels import tail_merge, tail_tiles
-    from agentctx.serving.model_runner import ModelRunner
+    from agentctx.serving.runner.model_runner import ModelRunner
     from bench.lib.models import build_model
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -51,10 +51,10 @@ def main() -> int:
             torch.cuda.synchronize()
 
     # (label, query mode, fused norms, tail impl, window impl, window splits, fused RoPE,
-    # merged projections). "+p" = q/k/v and gate/up as one product each (serving.fused_proj).
+    # merged projections). "+p" = q/k/v and gate/up as one product each (serving.fusions.proj).
     # "+tk" = the slot-buffer kernels of kernels/tail_merge.py (global layers: the query's own
     # tokens merged with the pages; sliding layers: the window band), "+fn" = fused RMSNorm,
-    # "+r" = fused RoPE (serving.fused_rope); all CUDA only (Triton). "-w" = the sliding
+    # "+r" = fused RoPE (serving.fusions.rope); all CUDA only (Triton). "-w" = the sliding
     # layers' window band on the torch path (SDPA with a band mask) while the global layers keep
     # the tail kernel: what the window kernel alone buys. "-s" = the window kernel unsplit (one
     # program per KV head and row tile streams the whole band): what split-K buys.

@@ -35,7 +35,7 @@ def probe_kv_capacity(name: str, runner, model: torch.nn.Module, kv_bytes_per_to
                       device: torch.device, start_tokens: int, probe: bool = True) -> dict:
     """Allocate a document's KV pages (no prefill) at doubling sizes from ``start_tokens`` until OOM
     (CUDA only), beside the analytic maximum (HBM - weights - 2 GiB) / KV bytes per token."""
-    from agentctx.serving.paged_kv import DocKV
+    from agentctx.serving.runner.paged_kv import DocKV
 
     out: dict[str, Any] = {}
     if device.type == "cuda":

@@ -7,7 +7,7 @@
   does), so its memory is the KV cache plus one chunk's activations, not an
   N x N mask; ``chunk=0`` feeds the whole sequence at once.
 * :class:`SharedPeer` in ``dense`` mode -- one shared prefill with our
-  :class:`serving.model_runner.ModelRunner`, then every query decodes with
+  :class:`serving.runner.model_runner.ModelRunner`, then every query decodes with
   dense attention over all cached pages (``pages=None``: what prefix caching
   gives).
 * :class:`SharedPeer` in ``select`` mode (agentctx) -- the same shared
@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from agentctx.serving.decode import TokenLoop
+from agentctx.serving.engine.reference_sampling import greedy_decode
 
 from .workloads import QueryRun
 
@@ -151,7 +151,7 @@ class RetrievalSelector:
 class AttentionTimer:
     """Times every ``attend_selected`` call inside the model's forward while active.
 
-    Wraps the name that :mod:`serving.model_runner` resolves at call time (no
+    Wraps the name that :mod:`serving.runner.model_runner` resolves at call time (no
     source change). On CUDA a pair of events brackets each call, so the time
     includes any launch gap on the GPU timeline but not other layers' work.
     """
@@ -163,7 +163,7 @@ class AttentionTimer:
         self._orig = None
 
     def __enter__(self) -> "AttentionTimer":
-        import agentctx.serving.model_runner as mr
+        import agentctx.serving.runner.model_runner as mr
 
         self._mod, self._orig = mr, mr.attend_selected
         orig = self._orig
@@ -239,12 +239,12 @@ class SharedPeer:
             marks["t1"] = time.perf_counter()
             marks["attn_ttft"] = timer.take() if timer is not None else None
 
-        loop = TokenLoop(runner.extend(doc, tail, q_ids, pages),
-                         lambda token, _allowed: runner.extend(doc, tail, [token], pages),
-                         max_new_tokens=max_new_tokens, stop_ids=stop_ids, on_first=first_token)
-        tokens = list(loop)
+        tokens = greedy_decode(runner.extend(doc, tail, q_ids, pages),
+                               lambda token: runner.extend(doc, tail, [token], pages), max_new_tokens, stop_ids,
+                               on_first=first_token)
         t2 = time.perf_counter()
-        t1, attn_ttft, steps = marks.get("t1", t2), marks.get("attn_ttft"), loop.steps
+        t1, attn_ttft = marks.get("t1", t2), marks.get("attn_ttft")
+        steps = min(len(tokens), max_new_tokens - 1)  # forwards run after the prompt's
         attn_dec = (timer.take() / steps) if (timer is not None and steps) else None
         n_pages = doc.num_pages if pages is None else len(pages)
         run = QueryRun(
@@ -287,11 +287,10 @@ class NaivePeer:
                 t0 = time.perf_counter()
                 for s in range(0, n, chunk):
                     logits = forward(ids[:, s : s + chunk])
-                loop = TokenLoop(logits, lambda token, _allowed: forward(torch.tensor([[token]], device=self.device)),
-                                 max_new_tokens=max_new_tokens, stop_ids=stop_ids,
-                                 on_first=lambda: marks.setdefault("t1", time.perf_counter()))
-                tokens = list(loop)
-                steps = loop.steps
+                tokens = greedy_decode(logits, lambda token: forward(torch.tensor([[token]], device=self.device)),
+                                       max_new_tokens, stop_ids,
+                                       on_first=lambda: marks.setdefault("t1", time.perf_counter()))
+                steps = min(len(tokens), max_new_tokens - 1)
                 t2 = time.perf_counter()
                 t1 = marks.get("t1", t2)
         finally:

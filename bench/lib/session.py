@@ -42,7 +42,7 @@ __all__ = ["ModelBench"]
 class ModelBench:
     def __init__(self, name: str, sizes: list[int], args, device: torch.device, rates, clock: Clock):
         self.name, self.sizes, self.args, self.device, self.rates, self.clock = name, sizes, args, device, rates, clock
-        from agentctx.serving.model_runner import ModelRunner
+        from agentctx.serving.runner.model_runner import ModelRunner
 
         t0 = time.perf_counter()
         self.loaded, self.info = build_model(name, device, args.seed, args.weights, args.tokenizer)

@@ -70,7 +70,7 @@ from agentctx.entrypoints.http.errors import APIError
 from agentctx.entrypoints.http.guard import Guard
 from agentctx.entrypoints.http.routes import contexts, openai, ops, pipelines, queries
 from agentctx.entrypoints.http.service import ApiService
-from agentctx.serving.deployments import replica_app
+from agentctx.serving.serve.deployments import replica_app
 
 __all__ = ["create_app", "HttpIngress", "ingress_app", "ingress_options", "app_builder", "HTTP_APP"]
 

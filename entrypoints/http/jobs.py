@@ -20,7 +20,7 @@ from agentctx.pipelines.dsl import PipelineSpec
 from agentctx.pipelines.report import build_report
 from agentctx.pipelines.runner import PipelineCancelled, PipelineError, PipelineRunner
 from agentctx.runtime import Runtime
-from agentctx.serving.client import ServeReplicaClient
+from agentctx.serving.serve.client import ServeReplicaClient
 
 __all__ = ["Job", "LoadPayload", "PipelinePayload", "JobManager", "jobs_actor", "JOBS_ACTOR"]
 

@@ -30,8 +30,8 @@ from agentctx.entrypoints.metrics import HttpMetrics
 from agentctx.kv_store.errors import BlobNotFoundError, StoreError
 from agentctx.retrieval.policy import SelectionPolicy
 from agentctx.runtime import Runtime, context_id_for, retrieval_actor
-from agentctx.serving.client import ServeReplicaClient
-from agentctx.serving.deployments import REPLICA_APP
+from agentctx.serving.serve.client import ServeReplicaClient
+from agentctx.serving.serve.deployments import REPLICA_APP
 from agentctx.serving.types import GenerateRequest, GenerateResult
 
 __all__ = ["ApiService", "service_of", "tenant_of", "wait", "EMPTY_DOCUMENT"]
@@ -104,7 +104,7 @@ class ApiService:
 
     async def model_id(self) -> str:
         if self._model_id is None:
-            info = await self.model_call("info")
+            info = await self.model_call(self.client.ainfo())
             self._max_token_bytes = int(info.get("max_token_bytes") or 0) or None
             self.has_chat_template = bool(info.get("chat_template"))
             self._model_id = info["model_id"]
@@ -116,9 +116,9 @@ class ApiService:
         """The model id once a call has fetched it (no call here)."""
         return self._model_id
 
-    async def model_call(self, method: str, *args, context_id: str | None = None, timeout_s: float | None = None):
-        h = self.handle.options(multiplexed_model_id=context_id) if context_id else self.handle
-        resp = getattr(h, method).remote(*args)
+    async def model_call(self, resp, timeout_s: float | None = None):
+        """Await a replica call (a ``ServeReplicaClient.a*`` response) within a deadline; cancel it
+        when the deadline passes or the caller goes away."""
         try:
             return await asyncio.wait_for(wait(resp), timeout_s or self.cfg.serve.request_timeout_s)
         except (asyncio.TimeoutError, asyncio.CancelledError):
@@ -168,7 +168,7 @@ class ApiService:
     async def repair(self, context_id: str, tenant: str) -> int:
         """Put back a context's lost pages and blobs from its kept document; returns pages put back
         (``ContextLostError`` when nothing to rebuild it from remains)."""
-        res = await self.model_call("restore_context", context_id, tenant, context_id=context_id)
+        res = await self.model_call(self.client.arestore_context(context_id, tenant))
         if res.repaired:
             self.metrics.restores.labels("prefilled" if res.prefilled else "republished").inc()
         return res.pages_put
@@ -240,7 +240,7 @@ class ApiService:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                await self.model_call("info", timeout_s=max(0.05, deadline - time.monotonic()))
+                await self.model_call(self.client.ainfo(), timeout_s=max(0.05, deadline - time.monotonic()))
                 return True
             except Exception as exc:
                 if time.monotonic() + 0.2 >= deadline or not (
@@ -254,7 +254,7 @@ class ApiService:
         tries = Failover(self.cfg.serve.request_timeout_s, self.retry_after_s, self.repair, self.replica_live)
         while True:
             try:
-                return await self.model_call("generate", req, context_id=req.context_id,
+                return await self.model_call(self.client.agenerate(req),
                                              timeout_s=max(0.01, tries.deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 raise tries.timeout_error() from None
@@ -268,7 +268,7 @@ class ApiService:
         """``("delta", text)``... then ``("result", GenerateResult)``; retried while nothing was sent."""
         tries = Failover(self.cfg.serve.request_timeout_s, self.retry_after_s, self.repair, self.replica_live)
         while True:
-            gen = self.handle.options(stream=True, multiplexed_model_id=req.context_id).stream_events.remote(req)
+            gen = self.client.astream_events(req)
             sent = False
             try:
                 while True:

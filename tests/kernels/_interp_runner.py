@@ -20,16 +20,18 @@ def main() -> int:
     if os.environ.get("TRITON_INTERPRET") != "1":
         print("TRITON_INTERPRET=1 must be set", file=sys.stderr)
         return 2
-    from agentctx.kernels import triton_attend, triton_rmsnorm, triton_tail  # noqa: F401  (decorated under the interpreter)
+    from agentctx.kernels import triton_attend, triton_rmsnorm, triton_tail, triton_union  # noqa: F401  (decorated under the interpreter)
 
     from ._rmsnorm_cases import rmsnorm_cases, run_rmsnorm_case
     from ._tail_cases import run_tail_case, tail_cases
     from ._triton_grid import interpreter_cases, run_case
+    from ._union_cases import run_union_case, union_cases
 
     results = {}
     checks = [(name, run_case, spec) for name, spec in interpreter_cases().items()]
     checks += [(f"rmsnorm-{name}", run_rmsnorm_case, spec) for name, spec in rmsnorm_cases().items()]
     checks += [(f"tail-{name}", run_tail_case, spec) for name, spec in tail_cases().items()]
+    checks += [(f"union-{name}", run_union_case, spec) for name, spec in union_cases().items()]
     for name, check, spec in checks:
         try:
             check(spec, device="cpu")

@@ -62,6 +62,16 @@ def tail_cases(small: bool = True) -> dict[str, dict]:
     cases["window-split-auto-decode"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=1, C=512 + 16, base=0,
                                              window=512, offset=512, seed=73)
     cases["window-one"] = dict(dtype="fp32", Hq=4, Hkv=2, D=64, Tq=4, C=48, base=7, window=1, offset=8, seed=63)
+    # Batched decode rows (q_base): R rows' buffers back to back, one token per row at its own
+    # length, each seeing only its own row; rows of length 0 see their new token alone.
+    for i, (dt, (hq, hkv, d)) in enumerate(itertools.product(("fp32", "bf16"), ((4, 1, 256), (32, 8, 128)))):
+        cases[f"rows-{dt}-hq{hq}-hkv{hkv}"] = dict(dtype=dt, Hq=hq, Hkv=hkv, D=d, Tq=6, C=40, rows=True,
+                                                  lens=[0, 5, 39, 12, 1, 20], base=0, seed=80 + i)
+        cases[f"rows-window-{dt}-hq{hq}-hkv{hkv}"] = dict(
+            dtype=dt, Hq=hq, Hkv=hkv, D=d, Tq=5, C=24 + 40, rows=True, lens=[0, 3, 39, 17, 8], base=0,
+            window=32, offset=24, seed=90 + i)
+    cases["rows-window-split"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=16, C=512 + 64, rows=True,
+                                      lens=[i * 4 for i in range(16)], base=0, window=512, offset=512, seed=99)
     return cases
 
 
@@ -80,8 +90,16 @@ def run_tail_case(spec: dict, device: str) -> None:
     def rnd(*shape):
         return torch.randn(*shape, generator=g).to(device=device, dtype=dt)
 
+    q_base = None
+    if spec.get("rows"):  # Tq rows of C entries each, flattened; token i at its row's length
+        c = tq * spec["C"]
+        q_base = torch.arange(tq, device=device) * spec["C"]
+        slots = q_base + torch.tensor(spec["lens"], device=device)
+        # Window buffers are [document window | tail] per row: entry = offset + slot, so the
+        # token sees its row's document window too (the band stops at its row's start).
+    else:
+        slots = torch.arange(spec["base"], spec["base"] + tq, device=device)
     q, tk, tv = rnd(tq, hq, d), rnd(c, hkv, d), rnd(c, hkv, d)
-    slots = torch.arange(spec["base"], spec["base"] + tq, device=device)
     o_pages = rnd(tq, hq, d)
     lse = (torch.randn(tq, hq, generator=g) * 2 + spec.get("page_lse", 0.0)).to(device)
     if spec.get("empty_pages"):
@@ -94,12 +112,13 @@ def run_tail_case(spec: dict, device: str) -> None:
 
     if "window" in spec:
         args = (q, tk, tv, slots, spec["offset"], spec["window"], scale, cap)
-        attend_window(*args, impl="torch")  # input validation, as the public call does
-        want, got = attend_window_reference(*args), triton_window(*args, num_splits=spec.get("splits"))
+        attend_window(*args, impl="torch", q_base=q_base)  # input validation, as the public call does
+        want = attend_window_reference(*args, q_base=q_base)
+        got = triton_window(*args, num_splits=spec.get("splits"), q_base=q_base)
     else:
         args = (q, tk, tv, slots, o_pages, lse, scale, cap)
-        attend_tail_merged(*args, impl="torch")
-        want, got = attend_tail_merged_reference(*args), triton_tail_merged(*args)
+        attend_tail_merged(*args, impl="torch", q_base=q_base)
+        want, got = attend_tail_merged_reference(*args, q_base=q_base), triton_tail_merged(*args, q_base=q_base)
     assert got.shape == want.shape and got.dtype == want.dtype
     assert torch.isfinite(got.float()).all(), "non-finite output"
     rel = ((got.float() - want.float()).norm() / want.float().norm()).item()
@@ -109,7 +128,7 @@ def run_tail_case(spec: dict, device: str) -> None:
     if dt == torch.float16 or (dt == torch.bfloat16 and device != "cpu"):
         # In half precision the kernel must be at least as close as the torch path to the
         # exact answer (the same function of the rounded inputs, in float64).
-        exact = _exact(spec, q, tk, tv, slots, o_pages, lse, scale, cap)
+        exact = _exact(spec, q, tk, tv, slots, o_pages, lse, scale, cap, q_base)
 
         def err(x):
             return ((x.double().cpu() - exact).norm() / exact.norm()).item()
@@ -117,7 +136,7 @@ def run_tail_case(spec: dict, device: str) -> None:
         assert err(got) <= 1.25 * err(want) + 1e-6, f"kernel err {err(got):.3g} vs torch path {err(want):.3g}"
 
 
-def _exact(spec, q, k, v, slots, o_pages, lse, scale, cap) -> torch.Tensor:
+def _exact(spec, q, k, v, slots, o_pages, lse, scale, cap, q_base=None) -> torch.Tensor:
     """Float64 attention over the visible slots (merged with the page partial for the tail)."""
     q, k, v, o_pages, lse = (x.double().cpu() for x in (q, k, v, o_pages, lse))
     group = q.shape[1] // k.shape[1]
@@ -130,6 +149,8 @@ def _exact(spec, q, k, v, slots, o_pages, lse, scale, cap) -> torch.Tensor:
     visible = idx <= hi
     if "window" in spec:
         visible &= idx > hi - spec["window"]
+    if q_base is not None:
+        visible &= idx >= q_base.cpu().view(-1, 1, 1)
     scores = scores.masked_fill(~visible, float("-inf"))
     lse_own = torch.logsumexp(scores, dim=-1)
     out = torch.einsum("thc,chd->thd", torch.softmax(scores, dim=-1), v)

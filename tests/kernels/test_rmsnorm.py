@@ -32,7 +32,7 @@ def test_reference_equals_transformers_bit_for_bit(cls, style, dtype):
     got = rms_norm_reference(x, m.weight.detach(), 1e-6, style)
     assert got.dtype == want.dtype
     assert torch.equal(got, want)
-    # The other convention is really different (the probe in serving.fused_norms relies on it).
+    # The other convention is really different (the probe in serving.fusions.norms relies on it).
     other = "scale" if style == "offset" else "offset"
     assert not torch.equal(rms_norm_reference(x, m.weight.detach(), 1e-6, other), want)
 

@@ -84,7 +84,7 @@ def test_backpressure_gives_503_with_retry_after(stack, a, cid):
     """Serve's max_queued_requests exceeded on the model deployment -> 503 + Retry-After, JSON."""
     from ray import serve
 
-    from agentctx.serving.deployments import REPLICA_APP, ModelReplicaDeployment, deployment_options
+    from agentctx.serving.serve.deployments import REPLICA_APP, ModelReplicaDeployment, deployment_options
 
     replica = stack.cfg.replica_config()
     opts = deployment_options(replica)

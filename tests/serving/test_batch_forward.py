@@ -1,4 +1,4 @@
-"""One packed forward over many queries' rows (serving/batch_forward.py): decode tokens and prompt
+"""One packed forward over many queries' rows (serving/runner/batch_forward.py): decode tokens and prompt
 chunks over different documents and page sets, held to one query at a time and to transformers."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentctx.serving.batch_forward import Row, run_rows
+from agentctx.serving.runner.batch_forward import Row, run_rows
 from tests.factories import TINY_FAMILIES, tiny_runner, token_ids
 
 # fp32 on CPU: a packed matmul and a one-query matmul differ only by rounding.

@@ -1,18 +1,18 @@
-"""Batched decode rows as replayed CUDA graphs (serving/batch_slots.py) against the eager packed
-forward, and the engine's scheduler in graph mode against one request at a time (tiny random
-models of the real families)."""
+"""Batched decode rows as replayed CUDA graphs (serving/runner/batch_slots.py) against the eager packed
+forward, and the engine loop in graph mode against one request at a time (tiny random models of
+the real families)."""
 
 from __future__ import annotations
-
-import threading
 
 import pytest
 import torch
 
-from agentctx.serving.batch_forward import Row, release, run_rows
+from agentctx.serving.engine.loop import EngineLoop
+from agentctx.serving.engine.request import Request
+from agentctx.serving.engine.scheduler import Scheduler
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import ModelRunner
-from agentctx.serving.scheduler import Scheduler
+from agentctx.serving.runner.batch_forward import Row, release, run_rows, run_step
+from agentctx.serving.runner.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -54,9 +54,9 @@ def test_graph_rows_match_eager_rows(family, dtype, tmp_path):
     assert not any(any(bs.live) for bs in slots)
 
 
-def test_graph_scheduler_threads_match_one_at_a_time(tmp_path):
-    """Eight agents in threads through one scheduler in graph mode: each one's greedy tokens equal
-    the same agent run alone through the eager path (fp32)."""
+def test_graph_engine_loop_matches_one_at_a_time(tmp_path):
+    """Eight requests through one engine loop in graph mode: each one's greedy tokens equal the
+    same request run alone through the eager path (fp32), with one host sync per step."""
     torch.backends.cuda.matmul.allow_tf32 = False
     loaded = load_model(make_tiny_checkpoint("gemma3_text", tmp_path), dtype=torch.float32, device="cuda")
     kw = dict(page_size=16, prefill_chunk_tokens=64)
@@ -76,24 +76,11 @@ def test_graph_scheduler_threads_match_one_at_a_time(tmp_path):
         return out
 
     want = [alone(*a) for a in agents]
-    sched = Scheduler(lambda rows: run_rows(graph, rows), max_rows=8, gather_s=0.05)
-    got = [None] * len(agents)
-
-    def agent(i):
-        prompt, pages = agents[i]
-        tail = graph.new_tail(doc)
-        with sched.open() as seq:
-            out = [int(seq.run(Row(doc, tail, prompt, pages)).argmax())]
-            for _ in range(15):
-                out.append(int(seq.run(Row(doc, tail, [out[-1]], pages)).argmax()))
-        release(tail)
-        got[i] = out
-
-    threads = [threading.Thread(target=agent, args=(i,)) for i in range(len(agents))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    sched.shutdown()
-    assert got == want
-    assert sched.stats.max_rows_seen >= 4
+    loop = EngineLoop(lambda rows: run_step(graph, rows), Scheduler(max_rows=8), device="cuda")
+    reqs = [loop.submit(Request(doc, graph.new_tail(doc), list(p), pages, max_new_tokens=16)) for p, pages in agents]
+    for r in reqs:
+        list(r.stream)
+    loop.shutdown()
+    assert [r.output_ids for r in reqs] == want
+    assert loop.scheduler.stats.max_rows_seen >= 4
+    assert loop.stats.host_syncs == loop.stats.steps

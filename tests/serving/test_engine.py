@@ -7,7 +7,7 @@ import torch
 
 from agentctx.serving.engine import ContextNotLoadedError, LocalEngine
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import EmptyInputError
+from agentctx.serving.runner.model_runner import EmptyInputError
 from agentctx.serving.types import GenerateRequest, ScoreRequest
 from tests.factories import make_tiny_checkpoint
 
@@ -98,9 +98,9 @@ def test_static_query_mode_gives_the_eager_engines_results(engine):
     sreq = ScoreRequest("s1", " Risk:", (" low", " high", " medium risk"))
     for a, b in zip(engine.score(sreq), static.score(sreq)):
         assert abs(a - b) < 1e-4
-    kv = static._docs["s1"]
+    kv = static.kv.get("s1")
     # the device-cache budget sees the slot buffers too
-    assert kv.query_slots and static.cached_bytes() > sum(d.kv_bytes() for d in static._docs.values())
+    assert kv.query_slots and static.cached_bytes() > sum(d.kv_bytes() for d in static.kv._docs.values())
 
 
 def _is_span(seq, doc):
@@ -121,7 +121,7 @@ def test_copy_constraint_computes_only_allowed_logits_and_quotes_verbatim(engine
     assert got.token_ids and _is_span(got.token_ids, doc.token_ids)
 
     # reference: full logits, disallowed tokens at -inf
-    kv, runner = e._docs["q1"], e.runner
+    kv, runner = e.kv.get("q1"), e.runner
     copy = e._copy_constraint(kv, [0, 1, 2])
     tail = runner.new_tail(kv)
     logits = runner.extend(kv, tail, e.tokenizer("Quote:", add_special_tokens=False)["input_ids"], [0, 1, 2])
@@ -142,7 +142,7 @@ def test_logit_ids_select_rows_of_the_full_logits(engine):
     runner = engine.runner
     doc = engine.tokenize_document(DOC)
     engine.prefill("q2", doc, progress=False)
-    kv = engine._docs["q2"]
+    kv = engine.kv.get("q2")
     ids = [5, 17, 99, 250]
     full = runner.extend(kv, runner.new_tail(kv), [40, 41, 42], [0, 2])
     part = runner.extend(kv, runner.new_tail(kv), [40, 41, 42], [0, 2], logit_ids=ids)

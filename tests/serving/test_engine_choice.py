@@ -21,7 +21,7 @@ def test_engine_field_is_validated():
 
 @pytest.mark.skipif(vllm_available(), reason="vLLM is installed here; tests/vllm covers it")
 def test_vllm_engine_without_vllm_names_the_install_command():
-    from agentctx.serving.replica import build_engine
+    from agentctx.serving.serve.replica import build_engine
 
     with pytest.raises(VLLMUnavailableError, match="setup_vllm.sh"):
         build_engine(ModelConfig(engine="vllm").engine_config())

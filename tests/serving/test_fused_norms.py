@@ -1,4 +1,4 @@
-"""serving.fused_norms: which modules get fused, with which convention, and only while active.
+"""serving.fusions.norms: which modules get fused, with which convention, and only while active.
 
 On CPU the fused forward runs the torch reference (impl="torch"), which equals
 transformers' modules bit for bit, so runner logits must be identical; the Triton
@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from agentctx.config import ModelConfig
-from agentctx.serving.fused_norms import install_norms, norms_active
+from agentctx.serving.fusions.norms import install_norms, norms_active
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import ModelRunner
+from agentctx.serving.runner.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 
 _STYLE = {"llama": "scale", "qwen3": "scale", "gemma3_text": "offset"}

@@ -1,4 +1,4 @@
-"""serving.fused_proj: merged q/k/v and gate/up products, only while active, no extra memory.
+"""serving.fusions.proj: merged q/k/v and gate/up products, only while active, no extra memory.
 
 On CPU in fp32 a merged product may differ from the separate ones in the last bits (the
 GEMM blocks a wider matrix differently), so logits are compared within 1e-5 relative; the
@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from agentctx.serving.fused_proj import install_proj, proj_active
+from agentctx.serving.fusions.proj import install_proj, proj_active
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import ModelRunner
+from agentctx.serving.runner.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 from tests.serving.runner_compare import assert_runners_agree
 

@@ -1,4 +1,4 @@
-"""serving.fused_rope: which attention modules get fused RoPE, and only while active.
+"""serving.fusions.rope: which attention modules get fused RoPE, and only while active.
 
 On CPU the fused path runs the torch reference (impl="torch"), which equals transformers'
 apply_rotary_pos_emb bit for bit, so logits must be identical; one test runs the Triton
@@ -25,9 +25,9 @@ from transformers.models.llama import modeling_llama
 from transformers.models.qwen3 import modeling_qwen3
 
 from agentctx.serving.engine import LocalEngine
-from agentctx.serving.fused_rope import install_rope, rope_active
+from agentctx.serving.fusions.rope import install_rope, rope_active
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import ModelRunner
+from agentctx.serving.runner.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 from tests.serving.runner_compare import assert_runners_agree
 
@@ -230,7 +230,7 @@ _INTERPRETED_MODELS = """
 import json, torch
 import agentctx.kernels.triton_rope as kernel
 from transformers import AutoModelForCausalLM
-from agentctx.serving.fused_rope import install_rope, rope_active
+from agentctx.serving.fusions.rope import install_rope, rope_active
 from tests.factories import TINY_FAMILIES, tiny_config
 launches, real = [], kernel.triton_rope
 kernel.triton_rope = lambda *a, **k: launches.append(1) or real(*a, **k)  # before the wrappers bind it

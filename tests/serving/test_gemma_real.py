@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import ModelRunner
+from agentctx.serving.runner.model_runner import ModelRunner
 
 pytestmark = pytest.mark.model
 

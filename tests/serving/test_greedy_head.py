@@ -1,4 +1,4 @@
-"""The int8 greedy head (serving/greedy_head.py) against the full float32 product: same argmax,
+"""The int8 greedy head (serving/runner/greedy_head.py) against the full float32 product: same argmax,
 exact values wherever it gives one, on random heads with outlier dimensions and near-ties, and
 through the engine on a tiny model."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentctx.serving.batch_forward import Row, run_rows
 from agentctx.serving.engine import LocalEngine
-from agentctx.serving.greedy_head import GreedyHead
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import ModelRunner
+from agentctx.serving.runner.batch_forward import Row, run_rows
+from agentctx.serving.runner.greedy_head import GreedyHead
+from agentctx.serving.runner.model_runner import ModelRunner
 from agentctx.serving.types import GenerateRequest, SamplingParams
 from tests.factories import make_tiny_checkpoint
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agentctx.serving.model_loader import ModelLoadError, load_model
-from agentctx.serving.model_runner import ContextTooLongError, EmptyInputError, ModelRunner
+from agentctx.serving.runner.model_runner import ContextTooLongError, EmptyInputError, ModelRunner
 from tests.factories import TINY_FAMILIES, greedy_tokens, make_tiny_checkpoint, token_ids
 
 # fp32 on CPU: our blockwise attention and transformers' SDPA differ only by rounding.

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import ModelRunner
+from agentctx.serving.runner.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, greedy_tokens, make_tiny_checkpoint
 from tests.serving.runner_compare import assert_runners_agree
 
@@ -36,7 +36,7 @@ def test_paged_matches_transformers_on_cuda(family, dtype, tmp_path):
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_graph_queries_match_eager(family, dtype, tmp_path):
-    """Replayed CUDA graphs (serving.static_query) give the eager path's tokens and logits,
+    """Replayed CUDA graphs (serving.runner.static_query) give the eager path's tokens and logits,
     for several queries with different page sets sharing one set of graphs."""
     torch.backends.cuda.matmul.allow_tf32 = False
     path = make_tiny_checkpoint(family, tmp_path)
@@ -89,7 +89,7 @@ def test_engine_on_cuda_graphs_matches_eager_engine(tmp_path):
     sreq = ScoreRequest("c", " Risk:", (" low", " high", " medium risk"))
     for a, b in zip(eager.score(sreq), graph.score(sreq)):
         assert abs(a - b) < 1e-3
-    slots = graph._docs["c"].query_slots
+    slots = graph.kv.get("c").query_slots
     assert slots and all(s.graphs and not s.failed for s in slots.values())
     kernels = graph.describe()["slot_kernels"]
     assert any(k.startswith("window float32") for k in kernels) and set(kernels.values()) == {"triton"}, kernels

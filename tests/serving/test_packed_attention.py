@@ -1,4 +1,4 @@
-"""One-token rows of a packed step attended together per document (serving/packed_attention.py)
+"""One-token rows of a packed step attended together per document (serving/runner/packed_attention.py)
 against the row-by-row path, on tiny models of each family (Gemma 3: sliding window 16)."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentctx.serving import packed_attention
-from agentctx.serving.batch_forward import Row, run_rows
-from agentctx.serving.packed_attention import ExtendStep, decode_groups
+from agentctx.serving.runner import packed_attention
+from agentctx.serving.runner.batch_forward import Row, run_rows
+from agentctx.serving.runner.packed_attention import ExtendStep, decode_groups
 from tests.factories import TINY_FAMILIES, tiny_runner, token_ids
 
 FP32_ATOL = 1e-5

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentctx.serving.sampling import apply_penalties, filter_probs, pick_token
+from agentctx.serving.engine.reference_sampling import apply_penalties, filter_probs, pick_token
 from agentctx.serving.types import SamplingParams
 
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.0, -1.0])

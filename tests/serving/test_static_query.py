@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.model_runner import ModelRunner
-from agentctx.serving.static_query import BUCKETS, bucket_for, table_width
+from agentctx.serving.runner.model_runner import ModelRunner
+from agentctx.serving.runner.static_query import BUCKETS, bucket_for, table_width
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 
 FP32_ATOL = 1e-4
@@ -151,7 +151,7 @@ def test_failed_capture_falls_back_to_the_static_forward(pair, caplog):
     static.query_mode = "graph"  # bypasses the constructor's CUDA check on purpose
     try:
         te, tg = eager.new_tail(doc), static.new_tail(doc)
-        with caplog.at_level("WARNING", logger="agentctx.serving.static_query"):
+        with caplog.at_level("WARNING", logger="agentctx.serving.runner.static_query"):
             for step in ([7, 8, 9], [10], [11]):
                 torch.testing.assert_close(static.extend(doc, tg, step, [0, 2]), eager.extend(doc, te, step, [0, 2]),
                                            atol=FP32_ATOL, rtol=0)

@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from agentctx.kernels import attend_selected_reference, dense_attention_reference
-from agentctx.serving.sharded_attention import KVShard, local_selection, restrict_block_table, sharded_attend
-from agentctx.serving.sharding import equal_ranges
+from agentctx.serving.sharding.attention import KVShard, local_selection, restrict_block_table, sharded_attend
+from agentctx.serving.sharding.plan import equal_ranges
 
 # name -> spec. sel: "all" | "rank0" | "rank1" | "none" | "random" | "mixed_rows"
 #        (mixed_rows: row 0 only rank-0 pages, row 1 pages of both ranks, row 2 nothing)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentctx.serving.sharding import (
+from agentctx.serving.sharding.plan import (
     ShardPlan,
     WorkerInfo,
     chain_order,

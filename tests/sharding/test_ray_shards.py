@@ -25,7 +25,7 @@ def _reference(q, k, v, lens, rows, scale):
 
 
 def test_sharded_kv_ray_group(ray_local):
-    from agentctx.serving.shard_workers import ShardedKV
+    from agentctx.serving.sharding.workers import ShardedKV
 
     g = torch.Generator().manual_seed(11)
     S, P, Hkv, D, Hq = 10, 4, 2, 16, 8

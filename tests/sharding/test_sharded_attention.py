@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing as mp
 
 from agentctx.kernels import attend_selected_reference
-from agentctx.serving.sharded_attention import (
+from agentctx.serving.sharding.attention import (
     KVShard,
     local_selection,
     merge_across_ranks,
@@ -144,7 +144,7 @@ def test_bad_arguments():
 _TRITON_HEAD_CHUNKS = r"""
 import json, torch
 from agentctx.kernels.reference import attend_selected_reference
-from agentctx.serving.sharded_attention import KVShard
+from agentctx.serving.sharding.attention import KVShard
 g = torch.Generator().manual_seed(0)
 S, P, Hkv, D, Hq = 6, 16, 4, 16, 8
 k, v = torch.randn(S, P, Hkv, D, generator=g), torch.randn(S, P, Hkv, D, generator=g)

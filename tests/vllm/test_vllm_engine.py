@@ -33,7 +33,7 @@ def doc_text() -> str:
 def vllm_engine():
     # Built the way a Serve replica builds it: from the model section of the config.
     from agentctx.config import ModelConfig
-    from agentctx.serving.replica import build_engine
+    from agentctx.serving.serve.replica import build_engine
 
     engine = build_engine(ModelConfig(engine="vllm", page_size=PAGE, vllm_kv_cache_gib=2,
                                       vllm_max_model_len=8192).engine_config())
@@ -159,7 +159,7 @@ def test_bad_input_gives_clear_errors(vllm_engine, loaded):
 def test_replica_publishes_token_pages_and_reloads_them(vllm_engine, loaded, doc_text, ray_local, redis_url):
     from agentctx.config import AgentctxConfig
     from agentctx.kv_store import KVStore
-    from agentctx.serving.replica import ModelReplica
+    from agentctx.serving.serve.replica import ModelReplica
 
     store = KVStore.connect(redis_url, namespace=f"vllm-{uuid.uuid4().hex[:8]}")
     try:

@@ -136,7 +136,7 @@ async def delete_context(context_id: str, request: Request):
     await svc.call(rt.delete_context, context_id, tenant)
     svc.forget_empty(context_id=context_id)
     try:  # free the device copy on the replica that holds it (others evict it by LRU)
-        await svc.model_call("drop_context", context_id, context_id=context_id, timeout_s=5.0)
+        await svc.model_call(svc.client.adrop_context(context_id), timeout_s=5.0)
     except Exception as exc:
         log.debug("drop_context on a replica failed: %s", exc)
     return {"id": context_id, "object": "context", "deleted": True}

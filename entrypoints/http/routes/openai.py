@@ -103,7 +103,7 @@ async def _render_no_document(svc: ApiService, messages) -> tuple[str, str]:
                 turns.append({"role": "system" if m.role == "developer" else m.role, "content": m.text()})
             except ValueError as exc:
                 raise APIError(400, str(exc), code="unsupported_content", param="messages") from None
-        prompt = await svc.model_call("render_chat", turns)
+        prompt = await svc.model_call(svc.client.arender_chat(turns))
         if prompt is not None:
             if len(prompt) > MAX_PROMPT_CHARS:
                 raise APIError(422, f"messages longer than {MAX_PROMPT_CHARS} characters in total",

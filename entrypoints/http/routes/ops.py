@@ -40,7 +40,7 @@ async def readyz(request: Request):
     svc = service_of(request)
     checks: dict[str, str] = {}
     for name, probe in (("store", _store_ready(svc)),
-                        ("model", svc.model_call("info", timeout_s=READY_TIMEOUT_S))):
+                        ("model", svc.model_call(svc.client.ainfo(), timeout_s=READY_TIMEOUT_S))):
         try:
             await probe
             checks[name] = "ok"
@@ -57,7 +57,7 @@ async def readyz(request: Request):
 async def metrics(request: Request):
     svc = service_of(request)
     try:
-        svc.metrics.replicas.update(await svc.model_call("info", timeout_s=2.0))
+        svc.metrics.replicas.update(await svc.model_call(svc.client.ainfo(), timeout_s=2.0))
     except Exception as exc:  # metrics of the ingress itself are still worth a scrape
         log.debug("replica info for /metrics failed: %s", exc)
     try:

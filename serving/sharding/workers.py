@@ -2,7 +2,7 @@
 
 ``ShardedKV.create(k_pages, v_pages, ...)`` starts ``num_workers`` actors
 (:class:`ShardWorker`), asks each for its free device memory and GPU id, plans
-contiguous page ranges (``serving.sharding.plan_placement``: proportional to
+contiguous page ranges (``serving.sharding.plan.plan_placement``: proportional to
 free memory, chain ordered by the GPU link topology that rank 0 reads with
 ``nvidia-smi topo -m``), forms a ``torch.distributed`` process group among the
 actors (NCCL on GPUs, gloo on CPU; ``NCCL_NVLS_ENABLE=0``) and ships each
@@ -10,7 +10,7 @@ actor its page range of every layer.
 
 ``ShardedKV.attend(q, selected_pages)`` sends q and the *global* selection to
 every actor; each restricts the selection to its range, attends locally and
-joins the exact cross-rank merge (``serving.sharded_attention``); every actor
+joins the exact cross-rank merge (``serving.sharding.attention``); every actor
 ends with the same result and rank 0 returns it. That is one Ray round trip
 per call: fine as an API and for tests, too slow to drive a decode loop layer
 by layer from the driver. A serving deployment would run the whole model step
@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from agentctx.serving.sharded_attention import KVShard
-from agentctx.serving.sharding import (
+from agentctx.serving.sharding.attention import KVShard
+from agentctx.serving.sharding.plan import (
     ShardPlan,
     WorkerInfo,
     link_cost_matrix,

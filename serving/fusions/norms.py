@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agentctx.kernels.rmsnorm import STYLES, rms_norm, rms_norm_reference
-from agentctx.serving.fusion_switch import FusionSwitch
+from agentctx.serving.fusions.switch import FusionSwitch
 
 __all__ = ["FusedNorms", "install_norms", "norms_active"]
 

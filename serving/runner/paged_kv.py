@@ -11,6 +11,7 @@ layer's K and V for one page: (L_global, 2, P, Hkv, D).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -65,15 +66,22 @@ class DocKV:
     window_pos: torch.Tensor | None = None
     last_logits: torch.Tensor | None = None  # (vocab,) logits after the final document token
     token_ids: list[int] | None = None  # the document's tokens (for copy-constrained decoding)
-    # Static query buffers and CUDA graphs by block-table width (serving.static_query); they
+    # Static query buffers and CUDA graphs by block-table width (serving.runner.static_query); they
     # live and die with the document.
     query_slots: dict = field(default_factory=dict, repr=False, compare=False)
-    # Static decode rows of many queries by table width (serving.batch_slots), likewise.
+    # Static decode rows of many queries by table width (serving.runner.batch_slots), likewise.
     batch_slots: dict = field(default_factory=dict, repr=False, compare=False)
+    # Query slots held by one long prompt each, by (table width, capacity) (ModelRunner.long_slots_for).
+    long_slots: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_pages(self) -> int:
         return -(-self.num_tokens // self.page_size)
+
+    @functools.cached_property
+    def all_pages(self) -> tuple[int, ...]:
+        """Every page index: the plan of a dense request (the token count never changes)."""
+        return tuple(range(self.num_pages))
 
     @property
     def last_page_len(self) -> int:
@@ -108,7 +116,8 @@ class DocKV:
 
     def device_bytes(self) -> int:
         """KV bytes plus the static query buffers and graph memory kept with this document."""
-        slots = [*self.query_slots.values(), *self.batch_slots.values()]
+        slots = [*self.query_slots.values(), *self.batch_slots.values(),
+                 *(qs for pool in self.long_slots.values() for qs in pool)]
         return self.kv_bytes() + sum(qs.nbytes() for qs in slots)
 
     # -- store exchange -------------------------------------------------------------
@@ -158,10 +167,10 @@ class QueryTail:
     k: dict[int, torch.Tensor] = field(default_factory=dict)
     v: dict[int, torch.Tensor] = field(default_factory=dict)
     length: int = 0
-    # Set when the tail lives in preallocated static slots (serving.static_query.TailBinding);
+    # Set when the tail lives in preallocated static slots (serving.runner.static_query.TailBinding);
     # then k/v above stay empty.
     static: object | None = None
-    # Set while the tail lives in a row of static decode buffers (serving.batch_slots.RowBinding).
+    # Set while the tail lives in a row of static decode buffers (serving.runner.batch_slots.RowBinding).
     batch: object | None = None
 
     def positions(self, device) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Attention over one context whose KV pages are sharded by sequence across ranks.
 
 Every rank of a ``torch.distributed`` process group holds one contiguous page
-range ``[start, stop)`` of the context (``serving.sharding.ShardPlan``), for
+range ``[start, stop)`` of the context (``serving.sharding.plan.ShardPlan``), for
 every global layer, as a local pool ``(S_local, P, Hkv, D)`` whose slot ``i``
 is global page ``start + i``. Attention over a selection of global pages is
 

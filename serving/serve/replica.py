@@ -1,6 +1,6 @@
 """ModelReplica: one engine plus its link to the shared KV store.
 
-This is the body of the Ray Serve deployment (``serving.deployments``) and is also
+This is the body of the Ray Serve deployment (``serving.serve.deployments``) and is also
 usable in-process (tests, benchmarks, the GPU bench path without Ray). It
 
 * tokenizes documents with the model's own tokenizer,
@@ -23,7 +23,7 @@ import torch
 from agentctx.kv_store.paging import page_char_spans
 from agentctx.serving.config import EngineConfig
 from agentctx.serving.engine import Engine, LocalEngine
-from agentctx.serving.restore import TOKENS_BLOB, WINDOW_BLOB, RestoreResult, restore_context
+from agentctx.serving.serve.restore import TOKENS_BLOB, WINDOW_BLOB, RestoreResult, restore_context
 from agentctx.serving.tokenize import empty_document, max_token_bytes, render_chat_template
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
@@ -55,7 +55,6 @@ def build_engine(m: EngineConfig) -> Engine:
         fused_rope=m.fused_rope,
         fused_proj=m.fused_proj,
         decode_batch=m.decode_batch,
-        decode_gather_s=m.decode_gather_s,
         step_tokens=m.step_tokens,
         step_tokens_decoding=m.step_tokens_decoding,
         max_step_kv_bytes=m.max_step_kv_bytes,
@@ -116,7 +115,7 @@ class ModelReplica:
         return render_chat_template(self.engine.tokenizer, messages)
 
     def restore_context(self, context_id: str, tenant: str, text: str | None = None) -> RestoreResult:
-        """Put back a stored context's missing pages and blobs (see ``serving/restore.py``)."""
+        """Put back a stored context's missing pages and blobs (see ``serving/serve/restore.py``)."""
         return restore_context(self, context_id, tenant, text)
 
     # ------------------------------------------------------------------ prefill
@@ -187,18 +186,20 @@ class ModelReplica:
         return rec.num_tokens, pages, window, token_ids
 
     # ------------------------------------------------------------------ generation
-    def generate(self, req: GenerateRequest) -> GenerateResult:
-        self.metrics["requests"] += 1
-        try:
-            res = self.engine.generate(req)
-        except Exception:
-            self.metrics["errors"] += 1
-            raise
+    def _done(self, res: GenerateResult) -> GenerateResult:
         res.replica = self.name
         self.metrics["generated_tokens"] += len(res.token_ids)
         self.metrics["pages_attended"] += res.pages_attended
         self.metrics["ttft_s_sum"] += res.ttft_s
         return res
+
+    def generate(self, req: GenerateRequest) -> GenerateResult:
+        self.metrics["requests"] += 1
+        try:
+            return self._done(self.engine.generate(req))
+        except Exception:
+            self.metrics["errors"] += 1
+            raise
 
     def score(self, req: ScoreRequest) -> list[float]:
         self.metrics["requests"] += 1
@@ -208,6 +209,29 @@ class ModelReplica:
         """Yield text deltas (sync generator; Serve streams it with handle.options(stream=True))."""
         self.metrics["requests"] += 1
         yield from self.engine.stream(req)
+
+    # The Serve deployment's entry points: the engine's own async API, no thread per request.
+    async def agenerate(self, req: GenerateRequest) -> GenerateResult:
+        self.metrics["requests"] += 1
+        try:
+            return self._done(await self.engine.agenerate(req))
+        except Exception:
+            self.metrics["errors"] += 1
+            raise
+
+    async def ascore(self, req: ScoreRequest) -> list[float]:
+        self.metrics["requests"] += 1
+        return await self.engine.ascore(req)
+
+    async def astream_events(self, req: GenerateRequest):
+        """``("delta", text)``..., then ``("result", GenerateResult)``."""
+        self.metrics["requests"] += 1
+        try:
+            async for kind, value in self.engine.astream_events(req):
+                yield kind, self._done(value) if kind == "result" else value
+        except Exception:
+            self.metrics["errors"] += 1
+            raise
 
     def drop_context(self, context_id: str) -> bool:
         return self.engine.drop(context_id)

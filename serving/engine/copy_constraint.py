@@ -8,7 +8,7 @@ where it ends (by preferring a closing token such as a quote mark or newline).
 
 from __future__ import annotations
 
-__all__ = ["CopyConstraint"]
+__all__ = ["CopyConstraint", "QuoteVocabulary"]
 
 
 class CopyConstraint:
@@ -48,3 +48,35 @@ class CopyConstraint:
         self.cands = [i + 1 for i in self.cands if self.doc[i] == token and i + 1 in self._inside]
         self.count += 1
         return bool(self.cands)
+
+
+_QUOTE_END_CHARS = ('"', "\n", "\u201d")
+
+
+class QuoteVocabulary:
+    """A tokenizer's token strings, read once, and the copy constraints built from them.
+
+    A quote starts a sentence at a word (not at a clause number or an all-caps heading) and ends
+    at a sentence end or a line end; its end tokens are a closing quote mark or a newline."""
+
+    def __init__(self, tokenizer):
+        vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        self.tokens = [tokenizer.convert_tokens_to_string([t]) if t else "" for t in vocab]
+        toks = self.tokens
+        self.end_ids = {i for i, t in enumerate(toks) if t and t.strip() != "" and t.lstrip()[:1] in _QUOTE_END_CHARS}
+        self.end_ids |= {i for i, t in enumerate(toks) if t and "\n" in t and not t.strip()}
+
+    def constraint(self, doc: list[int], pages: list[int], page_size: int) -> CopyConstraint:
+        """A quote of ``doc`` (token ids) from these pages."""
+        toks = self.tokens
+
+        def start_ok(i: int) -> bool:
+            prev, cur = toks[doc[i - 1]], toks[doc[i]].strip()
+            boundary = prev.endswith("\n") or prev.rstrip().endswith((".", ":", ";"))
+            heading = len(cur) > 1 and cur.isupper()
+            return boundary and cur[:1].isalpha() and not heading and not prev.strip()[:1].isdigit()
+
+        def end_ok(j: int) -> bool:
+            return toks[doc[j - 1]].rstrip().endswith((".", ";")) or (j < len(doc) and "\n" in toks[doc[j]])
+
+        return CopyConstraint(doc, pages, page_size, self.end_ids, start_ok, end_ok)

@@ -58,37 +58,65 @@ class ServeReplicaClient:
     Requests carry the context id as the multiplexed model id, so Serve routes a
     context's requests to a replica that already holds its pages (context
     affinity) and falls back to the least loaded replica otherwise.
+
+    Blocking methods (agents, the runtime) wait at most ``timeout_s``; the ``a*`` methods are
+    awaitable Serve responses for an event loop (the HTTP ingress), which sets its own deadlines.
+    Every call names its deployment method in code, so a reader (and a type checker) can follow it.
     """
 
     def __init__(self, handle, timeout_s: float = 600.0):
         self.handle = handle
         self.timeout_s = timeout_s
 
-    def _call(self, method: str, *args, context_id: str | None = None, **kwargs):
+    def _h(self, context_id: str | None = None, stream: bool = False):
         h = self.handle
-        if context_id:
-            h = h.options(multiplexed_model_id=context_id)
-        return getattr(h, method).remote(*args, **kwargs).result(timeout_s=self.timeout_s)
+        if context_id or stream:
+            h = h.options(**({"multiplexed_model_id": context_id} if context_id else {}),
+                          **({"stream": True} if stream else {}))
+        return h
 
+    def _wait(self, resp):
+        return resp.result(timeout_s=self.timeout_s)
+
+    # ------------------------------------------------------------------ blocking
     def info(self) -> dict:
-        return self._call("info")
+        return self._wait(self._h().info.remote())
 
     def tokenize_document(self, text: str, allow_empty: bool = False) -> TokenizedDoc:
-        return self._call("tokenize_document", text, allow_empty)
+        return self._wait(self._h().tokenize_document.remote(text, allow_empty))
 
     def restore_context(self, context_id: str, tenant: str, text: str | None = None):
         """Put back a stored context's missing pages and blobs: a ``RestoreResult``."""
-        return self._call("restore_context", context_id, tenant, text, context_id=context_id)
+        return self._wait(self._h(context_id).restore_context.remote(context_id, tenant, text))
 
     def prefill_context(self, context_id, tenant, doc, extra=None) -> PrefillResult:
-        return self._call("prefill_context", context_id, tenant, doc, extra=extra, context_id=context_id)
+        return self._wait(self._h(context_id).prefill_context.remote(context_id, tenant, doc, extra))
 
     def generate(self, req: GenerateRequest) -> GenerateResult:
-        return self._call("generate", req, context_id=req.context_id)
+        return self._wait(self._h(req.context_id).generate.remote(req))
 
     def score(self, req: ScoreRequest) -> list[float]:
-        return self._call("score", req, context_id=req.context_id)
+        return self._wait(self._h(req.context_id).score.remote(req))
 
     def stream(self, req: GenerateRequest):
-        h = self.handle.options(stream=True, multiplexed_model_id=req.context_id)
-        return h.stream.remote(req)
+        return self._h(req.context_id, stream=True).stream.remote(req)
+
+    # ------------------------------------------------------------------ awaitable (event loops)
+    def ainfo(self):
+        return self._h().info.remote()
+
+    def arender_chat(self, messages: list[dict]):
+        return self._h().render_chat.remote(messages)
+
+    def arestore_context(self, context_id: str, tenant: str, text: str | None = None):
+        return self._h(context_id).restore_context.remote(context_id, tenant, text)
+
+    def adrop_context(self, context_id: str):
+        return self._h(context_id).drop_context.remote(context_id)
+
+    def agenerate(self, req: GenerateRequest):
+        return self._h(req.context_id).generate.remote(req)
+
+    def astream_events(self, req: GenerateRequest):
+        """An async generator of ``("delta", text)``..., ``("result", GenerateResult)``."""
+        return self._h(req.context_id, stream=True).stream_events.remote(req)

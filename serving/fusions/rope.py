@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agentctx.kernels.rope import apply_rope, apply_rope_reference, rope_inputs_problem
-from agentctx.serving.fusion_switch import FusionSwitch
+from agentctx.serving.fusions.switch import FusionSwitch
 
 __all__ = ["FusedRope", "install_rope", "rope_active"]
 

@@ -1,6 +1,6 @@
 """Attention of a packed step's one-token rows together (the eager decode step of many queries).
 
-A packed step (serving/batch_forward.py) runs the projections and MLPs of every row's new
+A packed step (serving/runner/batch_forward.py) runs the projections and MLPs of every row's new
 tokens at once; attention was then done row by row, ~25 small ops per row and layer (the
 page gather, the tail concatenation, the window copy, two partial attentions and their
 merge). With 8 decode rows on a 2-core CPU that was ~70 of a step's ~170 ms.
@@ -30,7 +30,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from agentctx.kernels import merge_attention
 from agentctx.kernels.decode_rows import attend_rows, attend_rows_shared
-from agentctx.serving.paged_kv import DocKV, QueryTail
+from agentctx.serving.runner.paged_kv import DocKV, QueryTail
 
 __all__ = ["ExtendStep", "PackedStep", "DecodeGroup", "decode_groups", "attend_group", "GATHER_BYTES"]
 
@@ -76,7 +76,7 @@ class DecodeGroup:
 
 @dataclass
 class PackedStep:
-    """Several queries' new tokens packed into one sequence (serving/batch_forward.py).
+    """Several queries' new tokens packed into one sequence (serving/runner/batch_forward.py).
 
     Row r owns tokens ``spans[r] = (start, end)`` of the packed forward; the projections,
     norms and MLPs run over all of them at once. Rows in ``groups`` (one new token each) are

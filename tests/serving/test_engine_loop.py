@@ -1,6 +1,7 @@
-"""The replica's scheduler (serving/scheduler.py) with real threads and the real packed forward:
-concurrent requests keep the tokens they get alone, share steps, fail and cancel alone, wait
-when admission says so, and a short request is not held behind a long prompt."""
+"""The engine loop (serving/engine/loop.py) with real callers on threads and the real packed forward
+of a tiny model: concurrent requests keep the tokens they get alone, share steps, fail and cancel
+alone, wait when admission says so, a short request is not held behind a long prompt, and a
+prefill shares the replica's time. The planner alone: tests/serving/test_engine_scheduler.py."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import threading
 import pytest
 import torch
 
-from agentctx.serving.batch_forward import Row, run_rows
 from agentctx.serving.engine import GenerationCancelled, LocalEngine
+from agentctx.serving.engine.loop import EngineLoop
+from agentctx.serving.engine.request import Request
+from agentctx.serving.engine.scheduler import Scheduler
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.scheduler import Scheduler
+from agentctx.serving.runner.batch_forward import Row, StepOutput, run_rows, run_step
+from agentctx.serving.runner.paged_kv import QueryTail
 from agentctx.serving.types import GenerateRequest, ScoreRequest
 from tests.factories import make_tiny_checkpoint
 
@@ -26,8 +30,6 @@ def loaded(tmp_path_factory):
 
 
 def _engine(loaded, **kw):
-    # A long gather window so that concurrent requests really share steps on a busy CI box.
-    kw.setdefault("decode_gather_s", 0.2)
     e = LocalEngine(loaded, page_size=16, prefill_chunk_tokens=32, **kw)
     for cid, text in (("a", DOC_A), ("b", DOC_B)):
         e.prefill(cid, e.tokenize_document(text), progress=False)
@@ -86,6 +88,8 @@ def test_concurrent_requests_keep_their_tokens_and_share_steps(alone, batched):
     assert errors == [None] * len(REQS)
     assert all(_same(g, w) for g, w in zip(got, want))
     steps, rows = s.steps - before[0], s.rows - before[1]
+    # One host sync per step that picked tokens, whatever the number of rows.
+    assert batched.loop.stats.host_syncs <= batched.loop.stats.steps
     # Every generated token but a generation's last is one decode row (a stop string may end early).
     assert s.decode_rows - before[2] <= sum(len(w.token_ids) for w in want)
     assert steps < rows and s.max_rows_seen >= 3  # steps carried several requests' rows
@@ -105,12 +109,12 @@ def test_scores_and_generations_share_steps(alone, batched):
     assert _same(got[1], want_g)
 
 
-def test_a_failing_row_fails_alone(loaded, batched):
-    """A row whose forward raises (a token past the vocabulary) makes the packed step fail; the
+def test_a_failing_row_fails_alone(batched):
+    """A request whose forward raises (a token past the vocabulary) makes the packed step fail; the
     step is re-run row by row, and only that request gets the error."""
     runner = batched.runner
-    kv = batched._docs["a"]
-    sched = Scheduler(lambda rows: run_rows(runner, rows), max_rows=4, gather_s=0.2)
+    kv = batched.kv.get("a")
+    loop = EngineLoop(lambda rows: run_step(runner, rows), Scheduler(max_rows=4))
     prompts = [[40, 41, 42], [50, 51], [60, 61, 62, 63]]
 
     def alone_tokens(p):
@@ -121,32 +125,28 @@ def test_a_failing_row_fails_alone(loaded, batched):
         return out
 
     want = [alone_tokens(p) for p in prompts]
-
-    def request(p):
-        with sched.open() as seq:
-            tail = runner.new_tail(kv)
-            if p is None:
-                return seq.run(Row(kv, tail, [runner.model.config.vocab_size + 7]))
-            out = [int(seq.run(Row(kv, tail, p)).argmax())]
-            for _ in range(4):
-                out.append(int(seq.run(Row(kv, tail, [out[-1]])).argmax()))
-            return out
-
-    got, errors = _concurrently(request, [prompts[0], None, prompts[1], prompts[2]])
-    assert isinstance(errors[1], IndexError) and [e for i, e in enumerate(errors) if i != 1] == [None] * 3
-    assert [got[0], got[2], got[3]] == want
-    assert sched.stats.fallbacks >= 1 and sched.stats.failed_rows == 1
-    sched.shutdown()
+    reqs = [Request(kv, runner.new_tail(kv), p, max_new_tokens=5) for p in
+            (prompts[0], [runner.model.config.vocab_size + 7], prompts[1], prompts[2])]
+    for r in reqs:
+        loop.submit(r)
+    for r in reqs:
+        list(r.stream)
+    assert isinstance(reqs[1].error, IndexError) and [reqs[i].error for i in (0, 2, 3)] == [None] * 3
+    assert [reqs[i].output_ids for i in (0, 2, 3)] == want
+    assert loop.stats.fallbacks >= 1 and loop.stats.failed_rows == 1
+    loop.shutdown()
+    assert not loop._thread.is_alive()
 
 
 def test_cancelled_generation_leaves_the_others_unchanged(alone, batched):
     want = [alone.generate(r) for r in REQS[:3]]
-    cancel = threading.Event()
     victim = GenerateRequest("b", "Question: how long is the notice?", max_new_tokens=30)
 
     def run(i):
-        if i == 3:  # cancelled after its first streamed text
-            return batched.generate(victim, on_text=lambda _: cancel.set(), cancel=cancel)
+        if i == 3:  # cancelled after its first streamed text: its consumer raises
+            def gone(_):
+                raise GenerationCancelled("consumer went away")
+            return batched.generate(victim, on_text=gone)
         return batched.generate(REQS[i])
 
     got, errors = _concurrently(run, [0, 1, 2, 3])
@@ -173,15 +173,15 @@ def test_a_short_request_is_not_held_behind_a_long_prompt(loaded):
     """With a ~600-token prompt in flight (step_tokens 64), a short request sent after the long
     prompt's first step runs its prompt in the next step and finishes all of its tokens before
     the long prompt's last chunk has run."""
-    e = _engine(loaded, decode_batch=8, step_tokens=64, step_tokens_decoding=32, decode_gather_s=0.0)
+    e = _engine(loaded, decode_batch=8, step_tokens=64, step_tokens_decoding=32)
     steps: list[list[tuple[int, int]]] = []
     first_step = threading.Event()
 
     def record(plan):
-        steps.append(plan)
+        steps.append([(r.request.id, len(r.token_ids)) for r in plan.rows])
         first_step.set()
 
-    e.scheduler.on_step = record
+    e.loop.on_step = record
     long_req = GenerateRequest("a", "Explain every obligation of the supplier in detail. " * 12, max_new_tokens=2)
     short = GenerateRequest("b", "Who may terminate?", max_new_tokens=6)
     n_long = len(e.tokenizer(long_req.prompt, add_special_tokens=False)["input_ids"])
@@ -208,7 +208,7 @@ def test_admission_bounds_rows_and_kv_bytes(loaded, alone):
     want = [alone.generate(r) for r in REQS]
     two = _engine(loaded, decode_batch=2)
     seen = []
-    two.scheduler.on_step = lambda plan: seen.append((len(plan), two.scheduler.counts()))
+    two.loop.on_step = lambda plan: seen.append((len(plan.rows), two.scheduler.counts()))
     got, errors = _concurrently(two.generate, REQS)
     assert errors == [None] * len(REQS) and all(_same(g, w) for g, w in zip(got, want))
     assert max(n for n, _ in seen) == 2
@@ -223,44 +223,71 @@ def test_admission_bounds_rows_and_kv_bytes(loaded, alone):
 def test_a_prefill_interleaves_with_running_generations(loaded):
     """A document prefill runs one chunk per scheduler job, so a running generation keeps
     stepping between the chunks instead of waiting for the whole prefill."""
-    e = _engine(loaded, decode_batch=4, decode_gather_s=0.0)
+    e = _engine(loaded, decode_batch=4)
     jobs_at_step: list[int] = []
     started = threading.Event()
 
     def record(plan):
-        jobs_at_step.append(e.scheduler.stats.jobs)
+        jobs_at_step.append(e.loop.stats.jobs)
         started.set()
 
-    e.scheduler.on_step = record
+    e.loop.on_step = record
     big = e.tokenize_document(DOC_B * 6)
     n_chunks = -(-len(big.token_ids) // 32)
     assert n_chunks >= 8
     gen = threading.Thread(target=lambda: e.generate(GenerateRequest("a", "Q:", max_new_tokens=60)))
     gen.start()
     assert started.wait(60)
-    jobs0 = e.scheduler.stats.jobs
+    jobs0 = e.loop.stats.jobs
     e.prefill("big", big, progress=False)
     gen.join(120)
-    assert e.scheduler.stats.jobs - jobs0 == n_chunks + 1  # one job per chunk, one to finish
+    assert e.loop.stats.jobs - jobs0 == n_chunks + 1  # one job per chunk, one to finish
     # Steps of the generation ran between prefill chunks.
     assert any(jobs0 < j < jobs0 + n_chunks for j in jobs_at_step)
     assert e.generate(GenerateRequest("big", "Q:", max_new_tokens=3)).token_ids
 
 
-def test_scheduler_refuses_bad_settings():
-    for kw, msg in (({"max_rows": 0}, "max_rows"), ({"gather_s": -1}, "gather_s"),
-                    ({"step_tokens": 0}, "step_tokens"), ({"max_step_kv_bytes": 0}, "max_step_kv_bytes")):
-        with pytest.raises(ValueError, match=msg):
-            Scheduler(lambda rows: rows, **kw)
+def test_jobs_and_steps_share_the_time_while_requests_run():
+    """A prefill's jobs (0.1 s each) beside a decoding request (10 ms steps): between two jobs the
+    steps get about as long as a job took (~10 steps), instead of one step per job."""
+    import time
+
+    def run_step(rows):
+        time.sleep(0.010)
+        logits = torch.zeros(len(rows), 8)
+        return StepOutput(logits, list(range(len(rows))))
+
+    loop = EngineLoop(run_step, Scheduler())
+    jobs_at_step: list[int] = []
+    loop.on_step = lambda plan: jobs_at_step.append(loop.stats.jobs)
+    req = loop.submit(Request(None, QueryTail(0), [1], pages=(0,), max_new_tokens=200))
+    for _ in range(4):
+        loop.call(lambda: time.sleep(0.1))
+    list(req.stream)
+    between = [jobs_at_step.count(j) for j in (1, 2, 3)]  # steps run after job j and before job j + 1
+    assert all(n >= 4 for n in between), between  # ~10 each; one step per job before
+    loop.shutdown()
+
+
+def test_shutdown_ends_what_is_queued_and_leaves_no_thread(loaded):
+    e = _engine(loaded, decode_batch=2)
+    reqs = [e.submit(GenerateRequest("a", "Q: who?", max_new_tokens=200)) for _ in range(3)]
+    e.close()
+    assert not e.loop._thread.is_alive()
+    for r in reqs:
+        evs = list(r.stream)
+        assert evs[-1].finish_reason is not None or evs[-1].error is not None
+    with pytest.raises(RuntimeError, match="shut down"):
+        e.submit(GenerateRequest("a", "Q: who?", max_new_tokens=2))
 
 
 def test_real_threads_get_identical_logits_to_alone(batched):
-    """The logits a request receives through a shared step equal its own forward (fp32, < 1e-4)."""
-    runner, kv = batched.runner, batched._docs["b"]
+    """The logits a request reads through a shared step equal its own forward (fp32, < 1e-4)."""
+    runner, kv = batched.runner, batched.kv.get("b")
     tail = runner.new_tail(kv)
     want = runner.extend(kv, tail, [70, 71, 72], (0, 1))
-    with batched.scheduler.open() as seq:
-        got = seq.run(Row(kv, runner.new_tail(kv), [70, 71, 72], (0, 1)))
+    got = run_rows(runner, [Row(kv, runner.new_tail(kv), [70, 71, 72], (0, 1)),
+                            Row(kv, runner.new_tail(kv), [5, 6], None)])[0]
     torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
 
 
@@ -272,7 +299,7 @@ def test_real_gemma_concurrent_requests_equal_alone():
     engines = {}
     for name, rows in (("alone", 1), ("batched", 4)):
         e = engines[name] = LocalEngine(real, page_size=32, prefill_chunk_tokens=64, decode_batch=rows,
-                                        decode_gather_s=0.5, step_tokens=32, step_tokens_decoding=16)
+                                        step_tokens=32, step_tokens_decoding=16)
         e.prefill("a", e.tokenize_document(DOC_A * 2), progress=False)
         e.prefill("b", e.tokenize_document(DOC_B * 2), progress=False)
     reqs = [GenerateRequest("a", "\nQuestion: What does the supplier deliver?\nAnswer:", max_new_tokens=8),
@@ -291,7 +318,7 @@ def test_real_gemma_concurrent_requests_equal_alone():
 
 @pytest.fixture(scope="module")
 def static(loaded):
-    """query_mode="static": decode rows in batched static rows (serving/batch_slots.py), prompts
+    """query_mode="static": decode rows in batched static rows (serving/runner/batch_slots.py), prompts
     through QuerySlots: the CUDA-graph path's forwards, run eagerly."""
     return _engine(loaded, decode_batch=8, query_mode="static")
 
@@ -306,7 +333,7 @@ def test_static_rows_keep_the_eager_tokens(alone, static):
     assert s.steps - before[0] < s.rows - before[1]
     # Both documents got batched decode rows, and every row was given back.
     for cid in ("a", "b"):
-        slots = list(static._docs[cid].batch_slots.values())
+        slots = list(static.kv.get(cid).batch_slots.values())
         assert slots and not any(any(bs.live) for bs in slots)
     sreq = ScoreRequest("b", " Risk:", (" low", " high", " medium risk"), pages=(0, 2))
     assert static.score(sreq) == pytest.approx(alone.score(sreq), abs=1e-4)
@@ -320,10 +347,10 @@ def test_static_rows_logits_equal_the_eager_forward(loaded):
     st = _engine(loaded, decode_batch=8, query_mode="static")
     plans = [("a", None), ("a", (0, 3)), ("b", (1,)), ("a", (2, 4, 5))]
     toks = [[40, 41, 42], [50, 51], [60, 61, 62, 63], [70]]
-    tails = {e: [e.runner.new_tail(e._docs[c]) for c, _ in plans] for e in (eager, st)}
+    tails = {e: [e.runner.new_tail(e.kv.get(c)) for c, _ in plans] for e in (eager, st)}
 
     def step(e, which):
-        return run_rows(e.runner, [Row(e._docs[plans[i][0]], tails[e][i], toks[i], plans[i][1]) for i in which])
+        return run_rows(e.runner, [Row(e.kv.get(plans[i][0]), tails[e][i], toks[i], plans[i][1]) for i in which])
 
     for which in ([0, 1, 2, 3], [0, 1, 2, 3], [0, 2, 3], [0, 2, 3], [0, 2, 3], [0, 1, 2, 3]):
         want, got = step(eager, which), step(st, which)
@@ -342,3 +369,20 @@ def test_a_tail_that_outgrows_its_row_continues_eagerly(alone, loaded):
     want = [alone.generate(r) for r in long]
     got, errors = _concurrently(st.generate, long)
     assert errors == [None] * 3 and all(_same(g, w) for g, w in zip(got, want))
+
+
+def test_a_long_prompt_runs_in_slots_of_its_own(alone, loaded):
+    """Static mode: a prompt whose tail outgrows the shared query slots holds slots of its own from
+    its first chunk to its last token (graph replays, nothing copied), beside short requests; all
+    tokens equal the eager engine's, and the slots are free again afterwards."""
+    st = _engine(loaded, decode_batch=4, query_mode="static", step_tokens=128, step_tokens_decoding=64)
+    st.runner.static_tail_tokens = 512
+    long = GenerateRequest("a", "Explain every obligation of the supplier in detail. " * 12, max_new_tokens=6)
+    reqs = [long, REQS[0], REQS[2]]
+    want = [alone.generate(r) for r in reqs]
+    got, errors = _concurrently(st.generate, reqs)
+    assert errors == [None] * 3 and all(_same(g, w) for g, w in zip(got, want))
+    pools = st.kv.get("a").long_slots
+    assert pools and all(qs.held_by is None for pool in pools.values() for qs in pool)
+    (cap,) = {c for _, c in pools}
+    assert cap >= got[0].prompt_tokens + 6 and not st.kv.get("b").long_slots

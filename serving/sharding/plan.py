@@ -4,7 +4,7 @@ A document of ``num_pages`` pages is cut along the sequence axis into
 contiguous page ranges ``[start, stop)``; worker ``r`` holds ``ranges[r]`` of
 every global layer (its local slot ``i`` is global page ``start + i``).
 Attention over any selection is then done shard by shard and merged exactly
-(``serving.sharded_attention``).
+(``serving.sharding.attention``).
 
 Placement has two parts, both plain functions of plain data so they can be
 tested without GPUs:

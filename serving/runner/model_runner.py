@@ -33,15 +33,15 @@ from transformers.masking_utils import AttentionMaskInterface
 from agentctx.kernels import attend_selected, merge_attention
 from agentctx.kernels.positional import full_attention_lse, masked_attention_lse, sliding_window_attention
 from agentctx.kernels.tail_merge import attend_window
-from agentctx.serving.batch_slots import BatchSlots, BatchStaticStep, batch_static_attention
-from agentctx.serving.fused_norms import FusedNorms, install_norms, norms_active
-from agentctx.serving.fused_proj import FusedProj, install_proj, proj_active
-from agentctx.serving.fused_rope import FusedRope, install_rope, rope_active
-from agentctx.serving.greedy_head import GreedyHead
+from agentctx.serving.fusions.norms import FusedNorms, install_norms, norms_active
+from agentctx.serving.fusions.proj import FusedProj, install_proj, proj_active
+from agentctx.serving.fusions.rope import FusedRope, install_rope, rope_active
 from agentctx.serving.model_loader import LoadedModel
-from agentctx.serving.packed_attention import ExtendStep, PackedStep, attend_group
-from agentctx.serving.paged_kv import DocKV, LayerLayout, QueryTail
-from agentctx.serving.static_query import (
+from agentctx.serving.runner.batch_slots import BatchSlots, BatchStaticStep, batch_static_attention
+from agentctx.serving.runner.greedy_head import GreedyHead
+from agentctx.serving.runner.packed_attention import ExtendStep, PackedStep, attend_group
+from agentctx.serving.runner.paged_kv import DocKV, LayerLayout, QueryTail
+from agentctx.serving.runner.static_query import (
     BUCKETS,
     QuerySlots,
     StaticStep,
@@ -60,13 +60,13 @@ ATTN_IMPL = "agentctx_paged"
 # (preallocated slots, static shapes), "graph" (static + CUDA-graph replay; CUDA only),
 # "auto" = graph on CUDA, eager elsewhere.
 QUERY_MODES = ("auto", "eager", "static", "graph")
-# RMSNorm modules as one Triton kernel each during our forwards (serving/fused_norms.py):
+# RMSNorm modules as one Triton kernel each during our forwards (serving/fusions/norms.py):
 # "auto" = on for CUDA models when triton is installed.
 FUSED_NORMS = ("auto", "on", "off")
 # Each attention layer's RoPE (q and k) as one Triton kernel during our forwards
-# (serving/fused_rope.py), same settings.
+# (serving/fusions/rope.py), same settings.
 FUSED_ROPE = ("auto", "on", "off")
-# q/k/v and gate/up as one matrix product each during our forwards (serving/fused_proj.py,
+# q/k/v and gate/up as one matrix product each during our forwards (serving/fusions/proj.py,
 # plain PyTorch): "auto" = on for CUDA models (where a forward is launch-bound); "on" anywhere.
 FUSED_PROJ = ("auto", "on", "off")
 # How a prefill chunk's sliding-window layers attend (the chunk after the previous window):
@@ -116,7 +116,7 @@ def _paged_attention(module, query, key, value, attention_mask, scaling=None, dr
 
 
 def _packed_attention(step: PackedStep, layer, query, key, value, scale, softcap) -> torch.Tensor:
-    """(1, T, Hq, D): decode groups together (serving/packed_attention.py), other rows one by one."""
+    """(1, T, Hq, D): decode groups together (serving/runner/packed_attention.py), other rows one by one."""
     grouped = {i for g in step.groups for i in g.rows}
     if not grouped:  # no decode group: each row's span, in order
         outs = [_row_attention(row, layer, query, key, value, s, e, scale, softcap)
@@ -330,16 +330,20 @@ class ModelRunner:
         # On CPU the output head runs as weight @ hidden.T (see _cpu_head); False = lm_head(hidden).
         self.cpu_head_left = True
         # Eager packed steps attend their one-token rows together per document
-        # (serving/packed_attention.py); False = row by row, the reference path.
+        # (serving/runner/packed_attention.py); False = row by row, the reference path.
         self.group_decode_rows = True
         # Greedy rows on a float32 CPU head go through an int8 pass that finds the argmax's few
-        # candidates (serving/greedy_head.py; 168 MB more for Gemma 3 270M, built on first use).
+        # candidates (serving/runner/greedy_head.py; 168 MB more for Gemma 3 270M, built on first use).
         self.cpu_greedy_head = True
         self._greedy_head: GreedyHead | None = None
         # Static decode rows per document and table width, and each row's tail capacity
-        # (serving/batch_slots.py; the engine sets the rows to its scheduler's max_rows).
+        # (serving/runner/batch_slots.py; the engine sets the rows to its scheduler's max_rows).
         self.batch_rows = 16
         self.batch_tail_tokens = 1024
+        # Decode rows of a document attend the union of their plans, each page read once per step
+        # (kernels/union_attend.py); False = each row its own block table (the row-by-row peer).
+        self.union_attention = True
+        self.union_impl = "torch" if kernel_impl == "torch" else "auto"
 
     def _install_fusion(self, setting: str, mode: str, install, what: str, triton: bool = True):
         """Install one fusion (fused_norms / fused_rope / fused_proj) per its auto | on | off setting.
@@ -407,7 +411,7 @@ class ModelRunner:
     def greedy_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """(T, vocab) fp32 rows whose argmax is that of ``logits_from_hidden(hidden)``: on CPU
         float32 the exact logits of the few tokens an int8 pass cannot rule out, -inf elsewhere
-        (serving/greedy_head.py); elsewhere the full logits."""
+        (serving/runner/greedy_head.py); elsewhere the full logits."""
         head = self.model.lm_head
         if not (self.cpu_greedy_head and _plain_fp32_cpu_linear(head, hidden)):
             return self.logits_from_hidden(hidden)
@@ -469,7 +473,7 @@ class ModelRunner:
     def selected_pages(doc: DocKV, pages: list[int] | None) -> tuple[int, ...]:
         """Sorted distinct page indices (all pages when None); ValueError for any out of range."""
         if pages is None:
-            return tuple(range(doc.num_pages))
+            return doc.all_pages
         bad = [p for p in pages if not 0 <= p < doc.num_pages]
         if bad:
             raise ValueError(f"page indices {bad[:5]} out of range for a document of {doc.num_pages} pages")
@@ -539,11 +543,27 @@ class ModelRunner:
         doc.query_slots[width] = qs
         return qs
 
+    def long_slots_for(self, doc: DocKV, width: int, tokens: int) -> QuerySlots:
+        """Query slots of the document's for one long prompt (``tokens`` in its tail at most), not
+        held by another: capacity a power of two >= tokens + the largest bucket, so a few sizes
+        (and their graphs) serve every long prompt; made on first use, kept with the document."""
+        cap = max(self.static_tail_tokens, 1 << (tokens + BUCKETS[-1] - 1).bit_length())
+        pool = doc.long_slots.setdefault((width, cap), [])
+        for qs in pool:
+            if qs.held_by is None:
+                return qs
+        qs = QuerySlots(self, doc, width, cap)
+        pool.append(qs)
+        return qs
+
     def batch_slots_for(self, doc: DocKV, width: int) -> BatchSlots:
-        """The document's static decode rows for a table width (serving/batch_slots.py)."""
-        bs = doc.batch_slots.get(width)
+        """The document's static decode rows (serving/runner/batch_slots.py): one set under union
+        attention, whatever the plans; else one per block-table width."""
+        key = "union" if self.union_attention else width
+        bs = doc.batch_slots.get(key)
         if bs is None:
-            bs = doc.batch_slots[width] = BatchSlots(self, doc, width, self.batch_rows, self.batch_tail_tokens)
+            bs = doc.batch_slots[key] = BatchSlots(self, doc, width, self.batch_rows, self.batch_tail_tokens,
+                                                   union=self.union_attention)
         return bs
 
     def new_tail(self, doc: DocKV) -> QueryTail:

@@ -39,7 +39,7 @@ import torch
 
 from agentctx.kernels import attend_selected
 from agentctx.kernels.tail_merge import attend_tail_merged, attend_window
-from agentctx.serving.paged_kv import DocKV, QueryTail
+from agentctx.serving.runner.paged_kv import DocKV, QueryTail
 
 __all__ = ["QuerySlots", "StaticStep", "TailBinding", "static_attention", "bucket_for", "table_width", "BUCKETS"]
 
@@ -119,6 +119,8 @@ class QuerySlots:
         self.num_blocks = torch.zeros(1, dtype=torch.int32, device=dev)
         self.loaded_pages: tuple[int, ...] | None = None
         self.owner = 0
+        self.held_by = None  # the one tail of a long prompt that holds these slots (ModelRunner.long_slots_for)
+        self._host_inputs = torch.zeros(2 * tmax + 1, dtype=torch.long, pin_memory=dev.type == "cuda")
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self.failed: dict[int, str] = {}  # bucket -> why its capture failed (it then runs eagerly)
         self.pool = None  # one memory pool for all of this set's graphs (they never run at once)
@@ -209,12 +211,12 @@ class QuerySlots:
             t = len(chunk)
             tb = bucket_for(t)
             base = tail.length
-            host = torch.zeros(2 * self.tmax + 1, dtype=torch.long)
+            host = self._host_inputs  # pinned: an async copy; the last step's host sync freed it
             host[:t] = torch.tensor(chunk, dtype=torch.long)
             # Pad tokens take the slots after the real ones (see the module docstring).
             host[self.tmax : self.tmax + tb] = torch.arange(base, base + tb)
             host[2 * self.tmax] = t - 1
-            self.inputs.copy_(host)
+            self.inputs.copy_(host, non_blocking=self.inputs.device.type == "cuda")
             # Captured graphs are used only in "graph" mode, so a runner switched to
             # "static" (or a benchmark comparing modes) really runs the static forward.
             use_graphs = self.runner.query_mode == "graph"

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from agentctx.serving.fusion_switch import FusionSwitch
+from agentctx.serving.fusions.switch import FusionSwitch
 
 __all__ = ["FusedProj", "install_proj", "proj_active"]
 

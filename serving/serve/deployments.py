@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 
 from ray import serve
 
 from agentctx.serving.config import ReplicaConfig
-from agentctx.serving.load import LoadMeter
-from agentctx.serving.restore import RestoreResult
+from agentctx.serving.serve.load import LoadMeter
+from agentctx.serving.serve.restore import RestoreResult
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
-__all__ = ["ModelReplicaDeployment", "replica_app", "deploy_replicas", "deployment_options", "REPLICA_APP",
-           "StreamCancelled"]
+__all__ = ["ModelReplicaDeployment", "replica_app", "deploy_replicas", "deployment_options", "REPLICA_APP"]
 
 log = logging.getLogger(__name__)
 REPLICA_APP = "agentctx-model"
@@ -30,16 +28,12 @@ class ModelReplicaDeployment:
 
     def __init__(self, config: ReplicaConfig):
         from agentctx.kv_store import KVStore
-        from agentctx.serving.replica import ModelReplica
+        from agentctx.serving.serve.replica import ModelReplica
 
         _set_cpu_threads(config)
         store = KVStore.connect_cached(config.redis_url, config.namespace)
         self.replica = ModelReplica(config.engine, store=store)
         self.load = LoadMeter()
-
-    def _metered(self, arrived: float, fn, *args):
-        with self.load.running_since(arrived):
-            return fn(*args)
 
     @serve.multiplexed(max_num_models_per_replica=64)
     async def _context(self, context_id: str) -> str:
@@ -66,13 +60,17 @@ class ModelReplicaDeployment:
         await self._touch()
         return await asyncio.to_thread(self.replica.prefill_context, context_id, tenant, doc, False, extra)
 
+    # Generation and scoring go straight to the engine loop: the request is queued there and its
+    # tokens come back on this event loop (serving/engine/local.py), no thread per request.
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         await self._touch()
-        return await asyncio.to_thread(self._metered, self.load.arrive(), self.replica.generate, req)
+        with self.load.running_since(self.load.arrive()):
+            return await self.replica.agenerate(req)
 
     async def score(self, req: ScoreRequest) -> list[float]:
         await self._touch()
-        return await asyncio.to_thread(self._metered, self.load.arrive(), self.replica.score, req)
+        with self.load.running_since(self.load.arrive()):
+            return await self.replica.ascore(req)
 
     def stream(self, req: GenerateRequest):
         yield from self.replica.stream(req)
@@ -80,49 +78,12 @@ class ModelReplicaDeployment:
     async def stream_events(self, req: GenerateRequest):
         """Stream ``("delta", text)`` items, then one ``("result", GenerateResult)``.
 
-        Call with ``handle.options(stream=True)``. Generation runs in a worker
-        thread; when the caller goes away (Serve cancels this generator) the
-        thread stops at its next text delta instead of decoding to the end.
-        """
+        Call with ``handle.options(stream=True)``. When the caller goes away (Serve cancels this
+        generator) the request is cancelled in the engine loop at its next step."""
         await self._touch()
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        cancelled = threading.Event()
-        replica, load, arrived = self.replica, self.load, self.load.arrive()
-
-        def on_text(delta: str) -> None:
-            if cancelled.is_set():
-                raise StreamCancelled("stream consumer went away")
-            loop.call_soon_threadsafe(queue.put_nowait, ("delta", delta))
-
-        def run() -> None:
-            replica.metrics["requests"] += 1
-            try:
-                with load.running_since(arrived):
-                    res = replica.engine.generate(req, on_text=on_text)
-                res.replica = replica.name
-                replica.metrics["generated_tokens"] += len(res.token_ids)
-                replica.metrics["pages_attended"] += res.pages_attended
-                replica.metrics["ttft_s_sum"] += res.ttft_s
-                item = ("result", res)
-            except BaseException as exc:  # relayed to the consumer
-                if not isinstance(exc, StreamCancelled):
-                    replica.metrics["errors"] += 1
-                item = ("error", exc)
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-
-        worker = threading.Thread(target=run, name="stream-events", daemon=True)
-        worker.start()
-        try:
-            while True:
-                kind, value = await queue.get()
-                if kind == "error":
-                    raise value
-                yield (kind, value)
-                if kind == "result":
-                    return
-        finally:
-            cancelled.set()
+        with self.load.running_since(self.load.arrive()):
+            async for item in self.replica.astream_events(req):
+                yield item
 
     async def drop_context(self, context_id: str) -> bool:
         return self.replica.drop_context(context_id)
@@ -132,7 +93,7 @@ class ModelReplicaDeployment:
         return (await self.restore_context(context_id, tenant)).pages_put
 
     async def restore_context(self, context_id: str, tenant: str, text: str | None = None) -> RestoreResult:
-        """Put back a stored context's missing pages and blobs (``serving/restore.py``)."""
+        """Put back a stored context's missing pages and blobs (``serving/serve/restore.py``)."""
         await self._touch()
         return await asyncio.to_thread(self.replica.restore_context, context_id, tenant, text)
 
@@ -151,10 +112,6 @@ def _set_cpu_threads(cfg: ReplicaConfig) -> None:
         return
     default = max(1, (os.cpu_count() or 1) // max(1, min(cfg.num_replicas, os.cpu_count() or 1)))
     torch.set_num_threads(max(1, settings.env_int("REPLICA_THREADS", default)))
-
-
-class StreamCancelled(Exception):
-    """Raised inside a streaming generation whose consumer has gone away."""
 
 
 def deployment_options(cfg: ReplicaConfig) -> dict:

@@ -1,0 +1,361 @@
+"""The engine loop: one thread per replica owns every request and every forward.
+
+Each iteration::
+
+    plan = scheduler.schedule()           # which rows: decode tokens, prompt chunks, options
+    out = run_step(runner, rows(plan))     # one packed forward (serving/runner/batch_forward.py)
+    tokens = sample(out.last, params)      # every row's next token at once, on the device
+    postprocess(plan, tokens.tolist())     # the step's one host sync; append, stop, finish
+
+Callers never wait per token on this thread: :meth:`EngineLoop.submit` queues a request and
+returns at once, and tokens reach the request's :class:`TokenStream` as they are sampled.
+Detokenization and stop strings happen on the caller's side (serving/engine/local.py); a caller
+that is done early calls :meth:`abort`.
+
+Jobs (a document prefill chunk, run through :meth:`call`) go between steps; while requests run,
+a job waits until the steps since the last job have had as long as that job took, so a long
+prefill and running generations share the replica's time.
+
+If a forward fails, each of its rows is run alone, so a bad request fails alone (its stream gets
+the error) and the others go on. :meth:`step` is public: tests drive the loop without its thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from agentctx.serving.engine.request import GenerationCancelled, Request, RequestKind, RequestStatus, StreamEvent
+from agentctx.serving.engine.sampler import RowSampling, sample
+from agentctx.serving.engine.scheduler import RowKind, ScheduledRow, Scheduler, StepPlan
+from agentctx.serving.runner.batch_forward import Row, StepOutput, release
+
+__all__ = ["EngineLoop", "LoopStats"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopStats:
+    steps: int = 0  # forwards run
+    fallbacks: int = 0  # steps that failed and were re-run row by row
+    failed_rows: int = 0
+    jobs: int = 0  # jobs run (prefill chunks)
+    host_syncs: int = 0  # reads of device results by the host (one per step that samples)
+    tokens: int = 0  # tokens sampled
+    step_s: float = 0.0  # time in steps (forward, sampling, postprocess)
+
+
+@dataclass(eq=False)
+class _Job:
+    fn: Callable[[], object]
+    result: object = None
+    error: BaseException | None = None
+    done: threading.Event = None
+
+    def __post_init__(self) -> None:
+        self.done = threading.Event()
+
+
+class EngineLoop:
+    """``run_step(rows) -> StepOutput`` runs one forward (serving/runner/batch_forward.run_step bound
+    to a runner); it must leave its rows' tails unchanged when it raises."""
+
+    def __init__(self, run_step: Callable[[list[Row]], StepOutput], scheduler: Scheduler, *,
+                 device: torch.device | str = "cpu", name: str = "agentctx-engine", thread: bool = True):
+        """thread=False: no thread is started; the caller drives :meth:`step` (tests)."""
+        self._run = run_step
+        self._threaded = thread
+        self.scheduler = scheduler
+        self.name = name
+        self.stats = LoopStats()
+        self.device = torch.device(device)
+        self._generator = torch.Generator(device=self.device)  # noise of unseeded sampled rows
+        self._generator.seed()
+        self._cv = threading.Condition()
+        self._inbox: deque[Request] = deque()
+        self._aborts: deque[tuple[Request, str]] = deque()
+        self._jobs: deque[_Job] = deque()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._last_job_s = 0.0  # how long the last job took, and the steps' time since
+        self._steps_since_job_s = 0.0
+        # Optional: called with each step's plan before it runs (tests record the order of work).
+        self.on_step: Callable[[StepPlan], None] | None = None
+
+    # ------------------------------------------------------------------ callers' side (any thread)
+    def submit(self, req: Request) -> Request:
+        """Queue a request; its tokens arrive on ``req.stream``."""
+        with self._cv:
+            if self._stopped:
+                raise RuntimeError("the engine loop is shut down")
+            self._inbox.append(req)
+            self._ensure_thread()
+            self._cv.notify_all()
+        return req
+
+    def abort(self, req: Request, reason: str = "cancelled") -> None:
+        """End a request early: "cancelled" (its stream gets GenerationCancelled) or "stop" (a
+        stop string the caller found: finished normally)."""
+        with self._cv:
+            self._aborts.append((req, reason))
+            self._cv.notify_all()
+
+    def call(self, fn: Callable[[], object]):
+        """Run fn on the loop thread between two steps (a prefill chunk); returns its result."""
+        if not self._threaded:
+            return fn()
+        job = _Job(fn)
+        with self._cv:
+            if self._stopped:
+                raise RuntimeError("the engine loop is shut down")
+            self._jobs.append(job)
+            self._ensure_thread()
+            self._cv.notify_all()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def counts(self) -> dict:
+        with self._cv:
+            c = self.scheduler.counts()
+            c["waiting"] += len(self._inbox)
+            return c
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Stop the thread after its current step; requests still queued end with an error."""
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+        self._drain()
+        gone = RuntimeError("the engine loop shut down")
+        for req in [*self.scheduler.running, *self.scheduler.waiting]:
+            self._end(req, error=gone)
+        for job in self._jobs:
+            job.error = gone
+            job.done.set()
+        self._jobs.clear()
+
+    # ------------------------------------------------------------------ the thread
+    def _ensure_thread(self) -> None:
+        if self._threaded and (self._thread is None or not self._thread.is_alive()):
+            self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+            self._thread.start()
+
+    def _main(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopped and not self._jobs and not self._inbox and not self._aborts \
+                        and not self.scheduler.has_work():
+                    self._cv.wait()
+                if self._stopped:
+                    return
+                # Jobs and steps share the time: while requests run, a job waits until the
+                # steps since the last job have had as long as that job took.
+                busy = self.scheduler.has_work() or bool(self._inbox)
+                owed = busy and self._steps_since_job_s < self._last_job_s
+                job = self._jobs.popleft() if self._jobs and not owed else None
+            if job is not None:
+                self._run_job(job)
+                continue
+            t0 = time.perf_counter()
+            try:
+                stepped = self.step()
+            except Exception as exc:  # noqa: BLE001 - a bug outside the forward: fail what is running, go on
+                log.exception("the engine loop's step failed; failing the running requests")
+                for req in list(self.scheduler.running):
+                    self._end(req, error=exc)
+                stepped = True
+            if not stepped and self._jobs:
+                self._steps_since_job_s = self._last_job_s  # nothing to step after all: the job goes now
+            self._steps_since_job_s += time.perf_counter() - t0
+
+    def _run_job(self, job: _Job) -> None:
+        t0 = time.perf_counter()
+        try:
+            job.result = job.fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            job.error = exc
+        self._last_job_s, self._steps_since_job_s = time.perf_counter() - t0, 0.0
+        self.stats.jobs += 1
+        job.done.set()
+
+    def _drain(self) -> None:
+        """Move new requests and aborts from the callers' queues into the scheduler."""
+        with self._cv:
+            new, self._inbox = list(self._inbox), deque()
+            aborts, self._aborts = list(self._aborts), deque()
+        for req in new:
+            self.scheduler.add(req)
+        for req, reason in aborts:
+            if req.finished:
+                continue
+            if reason == "stop":
+                self._end(req, reason="stop")
+            else:
+                self.scheduler.stats.cancelled += 1
+                self._end(req, error=GenerationCancelled("request cancelled"))
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> bool:
+        """Schedule, run one forward, sample, postprocess. False when there was nothing to run."""
+        self._drain()
+        plan = self.scheduler.schedule()
+        if not plan:
+            return False
+        if self.on_step is not None:
+            self.on_step(plan)
+        t0 = time.perf_counter()
+        rows = [self._row(sr) for sr in plan.rows]
+        try:
+            out = self._run(rows)
+        except Exception as exc:  # noqa: BLE001 - re-run one by one below
+            if len(rows) == 1:
+                self._fail(plan.rows[0], exc)
+            else:
+                log.warning("a step of %d rows failed (%s: %s); re-running each alone", len(rows),
+                            type(exc).__name__, exc)
+                self.stats.fallbacks += 1
+                for sr, row in zip(plan.rows, rows):
+                    if sr.request.finished:
+                        continue
+                    try:
+                        one = self._run([row])
+                    except Exception as err:  # noqa: BLE001 - goes to that row's request
+                        self._fail(sr, err)
+                    else:
+                        self._postprocess(StepPlan([sr]), one)
+        else:
+            self._postprocess(plan, out)
+            self.scheduler.observe(plan, time.perf_counter() - t0)
+        self.stats.steps += 1
+        self.stats.step_s += time.perf_counter() - t0
+        return True
+
+    @staticmethod
+    def _row(sr: ScheduledRow) -> Row:
+        req = sr.request
+        if sr.kind == RowKind.OPTION:
+            return Row(req.doc, req.tail.fork(), sr.token_ids, req.pages, "all", checked=True)
+        if req.kind is RequestKind.SCORE:  # the prompt's last logits score the options' first tokens
+            return Row(req.doc, req.tail, sr.token_ids, req.pages, "last" if sr.last_chunk else "none", checked=True)
+        reserve = len(req.prompt_ids) + req.max_new_tokens
+        if not sr.samples:
+            return Row(req.doc, req.tail, sr.token_ids, req.pages, "none", checked=True, reserve=reserve)
+        allowed = req.allowed_ids()
+        if allowed:  # only these tokens' logits are computed (a verbatim quote)
+            return Row(req.doc, req.tail, sr.token_ids, req.pages, "last", logit_ids=allowed, checked=True,
+                       reserve=reserve)
+        want = "greedy" if req.plain_greedy else "last"
+        return Row(req.doc, req.tail, sr.token_ids, req.pages, want, checked=True, reserve=reserve)
+
+    def _postprocess(self, plan: StepPlan, out: StepOutput) -> None:
+        picks: list[tuple[ScheduledRow, int]] = []  # rows that sample, and their row of out.last
+        params: list[RowSampling] = []
+        for i, sr in enumerate(plan.rows):
+            req = sr.request
+            req.steps += 1
+            if sr.kind == RowKind.PROMPT:
+                req.num_computed += len(sr.token_ids)
+            if sr.samples:
+                allowed = req.allowed_ids()
+                if allowed is not None and not allowed:
+                    self._end(req, reason="stop")  # nothing may follow: the quote cannot start or go on
+                    continue
+                picks.append((sr, out.index[i]))
+                params.append(self._sampling(req, allowed))
+        scored = self._scores(plan, out)
+        if picks:
+            rows = torch.tensor([j for _, j in picks], device=out.last.device)
+            logits = out.last if len(picks) == out.last.shape[0] and all(
+                j == k for k, (_, j) in enumerate(picks)) else out.last.index_select(0, rows)
+            tokens = sample(logits, params, self._generator).tolist()  # the step's host sync
+            self.stats.host_syncs += 1
+            self.stats.tokens += len(tokens)
+            for (sr, _), tok in zip(picks, tokens):
+                self._append(sr.request, tok)
+        for req in scored:
+            self._end(req, reason="stop")
+        for sr in plan.rows:  # a generation asked for no token at all
+            req = sr.request
+            if sr.last_chunk and req.kind is RequestKind.GENERATE and req.max_new_tokens == 0 and not req.finished:
+                self._end(req, reason="length")
+
+    def _sampling(self, req: Request, allowed: list[int] | None) -> RowSampling:
+        banned = None
+        if req.min_tokens and len(req.output_ids) < req.min_tokens:
+            banned = sorted(req.stop_ids)
+        return RowSampling(req.temperature, req.sampling, req.output_ids, req.prompt_ids, allowed, banned,
+                           req.generator)
+
+    def _scores(self, plan: StepPlan, out: StepOutput) -> list[Request]:
+        """Score requests: keep the prompt's log-softmax, sum each option's token log-probs; the
+        requests whose every option is scored."""
+        done = []
+        for i, sr in enumerate(plan.rows):
+            req = sr.request
+            if req.kind is not RequestKind.SCORE:
+                continue
+            if sr.last_chunk:
+                req.first_logprobs = torch.log_softmax(out.last[out.index[i]].float(), -1)
+                req.option_logprobs = {}
+            elif sr.kind == RowKind.OPTION:
+                ids = req.options[sr.option]
+                logp = torch.log_softmax(out.all[i].float(), -1)
+                tgt = torch.tensor(ids[1:], device=logp.device)
+                req.option_logprobs[sr.option] = logp[torch.arange(len(ids) - 1, device=logp.device), tgt].sum()
+            else:
+                continue
+            longer = sum(1 for ids in req.options if len(ids) > 1)
+            if req.first_logprobs is not None and len(req.option_logprobs) == longer and req not in done:
+                done.append(req)
+        for req in done:
+            totals = [req.first_logprobs[ids[0]] + req.option_logprobs[k] if len(ids) > 1
+                      else req.first_logprobs[ids[0]] for k, ids in enumerate(req.options)]
+            vals = torch.stack(totals).tolist()
+            req.scores = [v / len(ids) if req.per_token else v for v, ids in zip(vals, req.options)]
+        return done
+
+    def _append(self, req: Request, tok: int) -> None:
+        if req.first_token_at is None:
+            req.first_token_at = time.perf_counter()
+        stops = tok in req.stop_ids and not req.ignore_eos
+        if stops or (req.constraint is not None and not req.constraint.advance(tok)):
+            self._end(req, reason="stop")
+            return
+        req.output_ids.append(tok)
+        req.stream.put(StreamEvent((tok,)))
+        if len(req.output_ids) >= req.max_new_tokens:
+            self._end(req, reason="length")  # the last token's forward is never run
+
+    def _fail(self, sr: ScheduledRow, exc: BaseException) -> None:
+        self.stats.failed_rows += 1
+        if not sr.request.finished:
+            self._end(sr.request, error=exc)
+
+    def _end(self, req: Request, reason: str | None = None, error: BaseException | None = None) -> None:
+        if req.finished:
+            return
+        req.status = RequestStatus.FINISHED
+        req.finish_reason, req.error = reason, error
+        self.scheduler.finish(req)
+        try:
+            release(req.tail)  # its batched decode row (GPU path), if it holds one
+        finally:
+            if req.on_finish is not None:
+                try:
+                    req.on_finish(req)
+                except Exception:  # noqa: BLE001 - a hook must not stop the loop
+                    log.exception("on_finish of request %d failed", req.id)
+            scores = tuple(req.scores) if req.scores is not None and error is None else None
+            req.stream.put(StreamEvent(finish_reason=reason, error=error, scores=scores))
