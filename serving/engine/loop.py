@@ -276,9 +276,11 @@ class EngineLoop:
                 params.append(self._sampling(req, allowed))
         scored = self._scores(plan, out)
         if picks:
-            rows = torch.tensor([j for _, j in picks], device=out.last.device)
-            logits = out.last if len(picks) == out.last.shape[0] and all(
-                j == k for k, (_, j) in enumerate(picks)) else out.last.index_select(0, rows)
+            which = [j for _, j in picks]
+            if which == list(range(out.last.shape[0])):
+                logits = out.last
+            else:
+                logits = out.last.index_select(0, torch.tensor(which).to(out.last.device, non_blocking=True))
             tokens = sample(logits, params, self._generator).tolist()  # the step's host sync
             self.stats.host_syncs += 1
             self.stats.tokens += len(tokens)

@@ -95,7 +95,7 @@ class BatchSlots:
                 dst[l] = buf
         pin = dev.type == "cuda"
         self.inputs = torch.zeros(2 * rows, dtype=torch.long, device=dev)
-        self._host_inputs = torch.zeros(2 * rows, dtype=torch.long, pin_memory=pin)
+        self._pin = pin
         # Each row's part of the flat tail / window buffers: the slot kernels' lower bounds.
         self._tail_base = torch.arange(rows, device=dev) * capacity
         self._win_base = torch.arange(rows, device=dev) * (self.wt + capacity)
@@ -104,8 +104,6 @@ class BatchSlots:
             self.union = torch.zeros(n, dtype=torch.int32, device=dev)
             self.union_len = torch.zeros(1, dtype=torch.int32, device=dev)
             self.row_bits = torch.zeros(n, dtype=torch.int64, device=dev)
-            self._host_union = torch.zeros(n + 1, dtype=torch.int32, pin_memory=pin)  # [len, pages...]
-            self._host_bits = torch.zeros(n, dtype=torch.int64, pin_memory=pin)
             self._member = np.zeros((rows, n), dtype=bool)  # which pages each row selected
             self._weights = (np.uint64(1) << np.arange(rows, dtype=np.uint64)).reshape(-1, 1)
         else:
@@ -196,14 +194,16 @@ class BatchSlots:
         cols = np.flatnonzero(self._member.any(0))
         n = len(cols)
         bits = (self._member[:, cols].astype(np.uint64) * self._weights).sum(0, dtype=np.uint64)
-        self._host_union[0] = n
-        self._host_union[1 : n + 1] = torch.from_numpy(cols.astype(np.int32))
-        self._host_bits[:n] = torch.from_numpy(bits.view(np.int64))
-        nb = self.runner.device.type == "cuda"
-        self.union_len.copy_(self._host_union[:1], non_blocking=nb)
+        # Fresh pinned buffers: the pinned-memory cache keeps a block until its async copy has run.
+        host = torch.empty(n + 1, dtype=torch.int32, pin_memory=self._pin)
+        host[0] = n
+        host[1:] = torch.from_numpy(cols.astype(np.int32))
+        self.union_len.copy_(host[:1], non_blocking=self._pin)
         if n:
-            self.union[:n].copy_(self._host_union[1 : n + 1], non_blocking=nb)
-            self.row_bits[:n].copy_(self._host_bits[:n], non_blocking=nb)
+            hbits = torch.empty(n, dtype=torch.int64, pin_memory=self._pin)
+            hbits.copy_(torch.from_numpy(bits.view(np.int64)))
+            self.union[:n].copy_(host[1:], non_blocking=self._pin)
+            self.row_bits[:n].copy_(hbits, non_blocking=self._pin)
         self.union_pages = n
         self._dirty = False
 
@@ -237,12 +237,12 @@ class BatchSlots:
         """One token for each of these bound tails in one forward; their logits (n, vocab), no host sync."""
         rows = [t.batch.row for t in tails]
         b = row_bucket(max(rows) + 1, self.rows)
-        host = self._host_inputs
+        host = torch.zeros(2 * self.rows, dtype=torch.long, pin_memory=self._pin)
         # Dummies write at their row's next free slot (0 for a free row): never read before
         # that row's next real token overwrites it.
         host[self.rows : self.rows + b] = torch.tensor([min(n, self.capacity - 1) for n in self.lengths[:b]])
         host[rows] = torch.tensor(tokens)
-        on_gpu = self.inputs.device.type == "cuda"
+        on_gpu = self._pin
         self.inputs.copy_(host, non_blocking=on_gpu)
         if self.use_union:
             self._sync_union()

@@ -120,7 +120,7 @@ class QuerySlots:
         self.loaded_pages: tuple[int, ...] | None = None
         self.owner = 0
         self.held_by = None  # the one tail of a long prompt that holds these slots (ModelRunner.long_slots_for)
-        self._host_inputs = torch.zeros(2 * tmax + 1, dtype=torch.long, pin_memory=dev.type == "cuda")
+        self._pin = dev.type == "cuda"
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self.failed: dict[int, str] = {}  # bucket -> why its capture failed (it then runs eagerly)
         self.pool = None  # one memory pool for all of this set's graphs (they never run at once)
@@ -211,12 +211,14 @@ class QuerySlots:
             t = len(chunk)
             tb = bucket_for(t)
             base = tail.length
-            host = self._host_inputs  # pinned: an async copy; the last step's host sync freed it
+            # Pinned, fresh per chunk: torch's pinned-memory cache does not hand a block out again
+            # before the asynchronous copy that reads it has run.
+            host = torch.zeros(2 * self.tmax + 1, dtype=torch.long, pin_memory=self._pin)
             host[:t] = torch.tensor(chunk, dtype=torch.long)
             # Pad tokens take the slots after the real ones (see the module docstring).
             host[self.tmax : self.tmax + tb] = torch.arange(base, base + tb)
             host[2 * self.tmax] = t - 1
-            self.inputs.copy_(host, non_blocking=self.inputs.device.type == "cuda")
+            self.inputs.copy_(host, non_blocking=self._pin)
             # Captured graphs are used only in "graph" mode, so a runner switched to
             # "static" (or a benchmark comparing modes) really runs the static forward.
             use_graphs = self.runner.query_mode == "graph"
