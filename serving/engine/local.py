@@ -38,9 +38,10 @@ log = logging.getLogger(__name__)
 # scheduler also keeps a step within 1.5x a decode-only step by measured costs
 # (serving/engine/scheduler.py). CPU: small, since a prompt token costs ~3 ms against ~50 ms for
 # a decode step of the 270M model on 2 cores, and 64 bounds how long a new request waits for the
-# step in flight (~0.2 s; BENCHMARKS §4g). CUDA: a step is launch-bound, so chunks up to the
-# query graphs' largest bucket cost little more than one token.
-STEP_TOKENS = {"cpu": (64, 32), "cuda": (2048, 256)}
+# step in flight (~0.2 s; BENCHMARKS §4g). CUDA: one replay of the query graphs' largest bucket
+# (256 tokens) per prompt and step, so a short question never waits behind several replays of a
+# long prompt (a step that ran 2,048 prompt tokens was 8 replays).
+STEP_TOKENS = {"cpu": (64, 32), "cuda": (256, 256)}
 
 
 class LocalEngine(Engine):
