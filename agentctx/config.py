@@ -54,7 +54,7 @@ class ModelConfig(_Strict):
         description="Ignored (the engine loop needs no gather window); accepted so older config files still load")
     step_tokens: int | None = Field(
         None, ge=1, description="Prompt tokens one scheduler step takes when no generation is decoding; "
-                                "None = by device (CPU 64, CUDA 2048)")
+                                "None = by device (CPU 64, CUDA 256)")
     step_tokens_decoding: int | None = Field(
         None, ge=1, description="Most prompt tokens one step takes while generations decode (bounds how much a "
                                 "long prompt slows their next token; the scheduler also keeps such a step within "
