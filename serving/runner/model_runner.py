@@ -553,6 +553,7 @@ class ModelRunner:
             if qs.held_by is None:
                 return qs
         qs = QuerySlots(self, doc, width, cap)
+        qs.paged_tail = cap % doc.page_size == 0
         pool.append(qs)
         return qs
 

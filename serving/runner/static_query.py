@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agentctx.kernels import attend_selected
+from agentctx.kernels import attend_selected, merge_attention
 from agentctx.kernels.tail_merge import attend_tail_merged, attend_window
 from agentctx.serving.runner.paged_kv import DocKV, QueryTail
 
@@ -120,6 +120,14 @@ class QuerySlots:
         self.loaded_pages: tuple[int, ...] | None = None
         self.owner = 0
         self.held_by = None  # the one tail of a long prompt that holds these slots (ModelRunner.long_slots_for)
+        # A long prompt's tail is read as pages too (see static_attention): its whole pages
+        # through the page kernel, only the last partial page and the chunk by the slot kernel.
+        self.paged_tail = False
+        p = doc.page_size
+        self.tail_page = p
+        if capacity % p == 0:
+            self.tail_table = torch.arange(capacity // p, dtype=torch.int32, device=dev).view(1, -1)
+            self.tail_lens = torch.full((capacity // p,), p, dtype=torch.int32, device=dev)
         self._pin = dev.type == "cuda"
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self.failed: dict[int, str] = {}  # bucket -> why its capture failed (it then runs eagerly)
@@ -256,7 +264,21 @@ def static_attention(step: StaticStep, layer: int, q, k, v, scale: float, softca
         q.unsqueeze(0), qs.k_pages[layer], qs.v_pages[layer], qs.table, qs.num_blocks, qs.slot_lens,
         scale, softcap=softcap, impl=qs.runner.kernel_impl,
     )
+    o_pages, l_pages = o_pages[0], l_pages[0]
+    base = None
+    if qs.paged_tail:
+        # A long tail: the whole pages before this chunk's first token are visible to every token
+        # of the chunk, so they go through the page kernel (split-K over many programs, bf16 tensor
+        # cores); the slot kernel then streams only from that page boundary to each token. Streamed
+        # whole by the slot kernel, a 32K-token tail cost ~40 ms per 256-token chunk on an H100.
+        p = qs.tail_page
+        whole = (step.slots[:1] // p).to(torch.int32)  # (1,) pages wholly before the chunk
+        shape = (-1, p, *tk.shape[1:])
+        o_tail, l_tail = attend_selected(q.unsqueeze(0), tk.view(shape), tv.view(shape), qs.tail_table, whole,
+                                         qs.tail_lens, scale, softcap=softcap, impl=qs.runner.kernel_impl)
+        o_pages, l_pages = merge_attention(o_pages, l_pages, o_tail[0], l_tail[0])
+        base = (whole.long() * p).expand(q.shape[0])
     # The query's own tokens and the merge with the page partial: one kernel on CUDA
     # (kernels/tail_merge.py) instead of ~40 small ones per layer.
-    return attend_tail_merged(q, tk, tv, step.slots, o_pages[0], l_pages[0], scale, softcap,
-                              impl=qs.runner.tail_impl, check=False)
+    return attend_tail_merged(q, tk, tv, step.slots, o_pages, l_pages, scale, softcap,
+                              impl=qs.runner.tail_impl, check=False, q_base=base)
