@@ -130,7 +130,10 @@ def _block_n(d: int, block_m: int, p: int) -> int:
 
 def triton_attend_union(q: Tensor, k_pages: Tensor, v_pages: Tensor, union: Tensor, union_len: Tensor,
                         row_bits: Tensor, slot_lens: Tensor, scale: float, softcap: float | None = None,
-                        num_splits: int | None = None) -> tuple[Tensor, Tensor]:
+                        num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
+                        num_stages: int = 3) -> tuple[Tensor, Tensor]:
+    """See kernels.union_attend.attend_union; block_n / num_warps / num_stages override the launch
+    rule (sweeps: bench/experiments/union_sweep.py)."""
     if q.device.type != "cuda" and not (INTERPRET and q.device.type == "cpu"):
         raise RuntimeError(f"attend_union(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
                            "(or TRITON_INTERPRET=1 set before kernels.triton_union is imported)")
@@ -139,7 +142,9 @@ def triton_attend_union(q: Tensor, k_pages: Tensor, v_pages: Tensor, union: Tens
     group = hq // hkv
     block_m, m_tiles = _tiles(r * group)
     block_d = _next_pow2(max(d, 16))
-    block_n = _block_n(d, block_m, p)
+    block_n = block_n or _block_n(d, block_m, p)
+    if num_warps is None:
+        num_warps = 8 if block_m * block_d >= 64 * 128 else 4
     if num_splits is None:
         num_splits = union_splits(r, hq, hkv, d, p, union.numel(), q.device)
     out = torch.empty(1, r, hq, d, dtype=q.dtype, device=q.device)
@@ -159,7 +164,7 @@ def triton_attend_union(q: Tensor, k_pages: Tensor, v_pages: Tensor, union: Tens
         CHUNKS_PER_PAGE=-(-p // block_n),
         USE_SOFTCAP=use_softcap, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
-        num_warps=8 if block_m * block_d >= 64 * 128 else 4, num_stages=3,
+        num_warps=num_warps, num_stages=num_stages,
     )
     block_dr = _merge_block_d(r * hq, block_d, _sm_count(q.device))
     block_s = min(64, _next_pow2(num_splits))
