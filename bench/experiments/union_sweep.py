@@ -51,7 +51,6 @@ def main() -> None:
     dst = torch.empty_like(src)
     copy_s = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") / 1e3
     bw = 2 * src.numel() * 2 / copy_s
-    del src, dst
     print(f"{args.rows} rows x {n_sel} of {args.pages} pages, heads {hq}/{hkv}x{d}: union {len(union)} pages "
           f"({len(union) / args.pages:.0%}); copy bandwidth {bw / 1e12:.2f} TB/s")
     want = None
