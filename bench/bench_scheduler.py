@@ -213,6 +213,8 @@ class Bench:
         idle = [short() for _ in range(20)]
         long_ids = [rng.randrange(10, self.vocab) for _ in range(self.args.hol_tokens)]
         busy: list[float] = []
+        stamps: list[float] = []  # when each step while the long prompt runs began
+        self.loop.on_step = lambda plan: stamps.append(time.perf_counter())
         t0 = time.perf_counter()
         long_req = self.loop.submit(Request(self.doc, self.runner.new_tail(self.doc), long_ids, plan,
                                             max_new_tokens=1, ignore_eos=True))
@@ -222,9 +224,12 @@ class Bench:
             time.sleep(0.05)
         list(long_req.stream)
         long_s = time.perf_counter() - t0
+        self.loop.on_step = None
         if long_req.error is not None:
             raise long_req.error
-        return {"hol_tokens": self.args.hol_tokens, "idle_p50_ms": 1e3 * statistics.median(idle),
+        gaps = [b - a for a, b in zip(stamps, stamps[1:])] or [0.0]
+        return {"hol_tokens": self.args.hol_tokens, "steps": len(stamps), "step_p50_ms": 1e3 * statistics.median(gaps),
+                "step_max_ms": 1e3 * max(gaps), "idle_p50_ms": 1e3 * statistics.median(idle),
                 "busy_p50_ms": 1e3 * _pct(busy, 50), "busy_p99_ms": 1e3 * _pct(busy, 99), "busy_n": len(busy),
                 "p99_over_idle_p50": _pct(busy, 99) / statistics.median(idle), "long_prompt_s": long_s}
 
@@ -284,7 +289,8 @@ def main(argv=None) -> dict:
             out["head_of_line"] = h = b.head_of_line()
             print(f"  head-of-line: short question TTFT idle p50 {h['idle_p50_ms']:.1f} ms; during a "
                   f"{h['hol_tokens']}-token prompt p50 {h['busy_p50_ms']:.1f} ms p99 {h['busy_p99_ms']:.1f} ms "
-                  f"({h['p99_over_idle_p50']:.2f}x idle p50, n={h['busy_n']}, long prompt {h['long_prompt_s']:.2f} s)")
+                  f"({h['p99_over_idle_p50']:.2f}x idle p50, n={h['busy_n']}, long prompt {h['long_prompt_s']:.2f} s in "
+              f"{h['steps']} steps: p50 {h['step_p50_ms']:.1f} ms, max {h['step_max_ms']:.1f} ms)")
     finally:
         b.loop.shutdown()
     if args.out:

@@ -144,7 +144,10 @@ def triton_attend_union(q: Tensor, k_pages: Tensor, v_pages: Tensor, union: Tens
     block_d = _next_pow2(max(d, 16))
     block_n = block_n or _block_n(d, block_m, p)
     if num_warps is None:
-        num_warps = 8 if block_m * block_d >= 64 * 128 else 4
+        # 4 warps: on an H100, 16 rows at 1M tokens (Gemma heads) 357 us (87% of the copy
+        # bandwidth) against 523 us with 8; Llama-8B heads at 128K 179 against 246 us
+        # (bench/experiments/union_sweep.py). block_n 64 and 2-4 stages were no faster.
+        num_warps = 4
     if num_splits is None:
         num_splits = union_splits(r, hq, hkv, d, p, union.numel(), q.device)
     out = torch.empty(1, r, hq, d, dtype=q.dtype, device=q.device)
