@@ -289,8 +289,8 @@ def main(argv=None) -> dict:
             out["head_of_line"] = h = b.head_of_line()
             print(f"  head-of-line: short question TTFT idle p50 {h['idle_p50_ms']:.1f} ms; during a "
                   f"{h['hol_tokens']}-token prompt p50 {h['busy_p50_ms']:.1f} ms p99 {h['busy_p99_ms']:.1f} ms "
-                  f"({h['p99_over_idle_p50']:.2f}x idle p50, n={h['busy_n']}, long prompt {h['long_prompt_s']:.2f} s in "
-              f"{h['steps']} steps: p50 {h['step_p50_ms']:.1f} ms, max {h['step_max_ms']:.1f} ms)")
+                  f"({h['p99_over_idle_p50']:.2f}x idle p50, n={h['busy_n']}, long prompt {h['long_prompt_s']:.2f} s "
+                  f"in {h['steps']} steps: p50 {h['step_p50_ms']:.1f} ms, max {h['step_max_ms']:.1f} ms)")
     finally:
         b.loop.shutdown()
     if args.out:
