@@ -2,9 +2,10 @@
 
 ``schedule()`` returns one :class:`StepPlan`: a decode row (the last sampled token) of every
 running generation, then prompt tokens of running requests, shortest remaining prompt first,
-within ``step_tokens``: prompts that finish in this step go whole, a chunk of a longer one takes
-the rest. When the step carries anyone else's next token (decode rows, finishing prompts) a
-chunk is at most ``decoding_tokens()``: ``step_tokens_decoding``, and at most what keeps the step
+within ``step_tokens``: prompts that finish in this step go whole, and a chunk of a longer one
+takes the rest, but only in a step where no prompt finishes (a first token waited for does not
+wait for a long prompt's chunk too; the chunk runs the next step). When the step carries decode
+rows a chunk is at most ``decoding_tokens()``: ``step_tokens_decoding``, and at most what keeps the step
 within ``1 + decode_slowdown`` times a step of decode rows alone, by the costs :meth:`observe`
 measures (a prompt token costs ~3 ms on a 2-core CPU against ~50 ms for a decode step). So a
 stream's next token never waits long behind a long prompt, nor a short question behind a long
@@ -165,12 +166,16 @@ class Scheduler:
                 prompts.append(req)
         prompts.sort(key=lambda r: (r.prompt_remaining, r.arrival))
         budget = self.step_tokens
+        first_tokens = False  # a prompt finishes in this step: someone's first token is waited for
         for req in prompts:
             if budget <= 0:
                 break
             rem = req.prompt_remaining
             if rem <= budget:
                 n = rem
+                first_tokens = True
+            elif first_tokens:
+                break  # no chunk of a longer prompt beside a first token: it goes next step
             else:
                 n = min(budget, self.decoding_tokens() if plan.rows else budget)
             start = req.num_computed

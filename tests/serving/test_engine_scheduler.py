@@ -85,12 +85,12 @@ def test_prompts_then_decode_rows_shortest_prompt_first_within_the_budget():
     for r in (long, mid, short):
         loop.submit(r)
     loop.step()
-    # Step 1: the two short prompts whole (shortest first), a chunk of the long one beside them
-    # that is at most step_tokens_decoding (it shares a step with others' next tokens).
-    assert runner.steps[0] == [(id(short.tail), 5, "greedy"), (id(mid.tail), 10, "greedy"),
-                               (id(long.tail), 16, "none")]
+    # Step 1: the two short prompts whole (shortest first); no chunk of the long one beside their
+    # first tokens.
+    assert runner.steps[0] == [(id(short.tail), 5, "greedy"), (id(mid.tail), 10, "greedy")]
     loop.step()
-    # Step 2: two decode rows, then the next chunk of the long prompt.
+    # Step 2: two decode rows, then a chunk of the long prompt that is at most
+    # step_tokens_decoding (it shares a step with others' next tokens).
     assert runner.steps[1] == [(id(mid.tail), 1, "greedy"), (id(short.tail), 1, "greedy"),
                                (id(long.tail), 16, "none")]
     _run(loop)
