@@ -163,7 +163,7 @@ class AttentionTimer:
         self._orig = None
 
     def __enter__(self) -> "AttentionTimer":
-        import agentctx.serving.runner.model_runner as mr
+        import agentctx.serving.runner.attention as mr  # the eager hook calls attend_selected from here
 
         self._mod, self._orig = mr, mr.attend_selected
         orig = self._orig

@@ -19,6 +19,7 @@ import torch
 from agentctx.kernels.tail_merge import first_call_results
 from agentctx.serving.engine.base import Engine, PageLoader
 from agentctx.serving.engine.copy_constraint import QuoteVocabulary
+from agentctx.serving.engine.detokenize import TextStream
 from agentctx.serving.engine.kv_cache import DeviceKVCache
 from agentctx.serving.engine.loop import EngineLoop
 from agentctx.serving.engine.request import GenerationCancelled, Request, RequestKind
@@ -226,7 +227,7 @@ class LocalEngine(Engine):
     def generate(self, req: GenerateRequest, on_text: Callable[[str], None] | None = None) -> GenerateResult:
         t0 = time.perf_counter()
         r = self.submit(req)
-        text = _Text(self.tokenizer, req.stop, on_text)
+        text = TextStream(self.tokenizer, req.stop, on_text)
         try:
             for ev in r.stream:
                 if ev.error is not None:
@@ -243,7 +244,7 @@ class LocalEngine(Engine):
         """Yield text deltas; when the consumer stops early, the generation is cancelled."""
         r = self.submit(req)
         deltas: list[str] = []
-        text = _Text(self.tokenizer, req.stop, deltas.append)
+        text = TextStream(self.tokenizer, req.stop, deltas.append)
         try:
             for ev in r.stream:
                 if ev.error is not None:
@@ -277,7 +278,7 @@ class LocalEngine(Engine):
         # Building the request may fetch the context's pages from the store: not on the event loop.
         r = await asyncio.to_thread(self.submit, req, asyncio.get_running_loop())
         out: list[str] = []
-        text = _Text(self.tokenizer, req.stop, out.append if deltas else None)
+        text = TextStream(self.tokenizer, req.stop, out.append if deltas else None)
         try:
             async for ev in r.stream:
                 if ev.error is not None:
@@ -295,7 +296,7 @@ class LocalEngine(Engine):
             if not r.finished:
                 self.loop.abort(r)
 
-    def _result(self, r: Request, req: GenerateRequest, text: _Text, t0: float) -> GenerateResult:
+    def _result(self, r: Request, req: GenerateRequest, text: TextStream, t0: float) -> GenerateResult:
         text.flush()
         total = time.perf_counter() - t0
         n_pages = r.doc.num_pages if r.pages is None else len(r.pages)
@@ -339,43 +340,3 @@ class LocalEngine(Engine):
             if (scores := self._scores_of(ev)) is not None:
                 return scores
         raise RuntimeError("the engine loop ended a score request without scores")
-
-
-class _Text:
-    """A generation's text as its tokens arrive: stop strings cut it, and ``on_text`` gets deltas
-    that never end in a possible partial stop string or an incomplete multi-byte character.
-    Decodes per token only when someone needs it (stop strings or deltas); else once at the end."""
-
-    def __init__(self, tokenizer, stops: tuple[str, ...], on_text: Callable[[str], None] | None):
-        self.tok, self.stops, self.on_text = tokenizer, tuple(s for s in stops if s), on_text
-        self.live = bool(self.stops) or on_text is not None
-        self.ids: list[int] = []
-        self.text, self.emitted, self.stopped = "", 0, False
-        self._hold = max((len(s) for s in self.stops), default=0)
-
-    def add(self, token_ids) -> bool:
-        """Take new tokens; True when a stop string ended the text."""
-        if self.stopped:
-            return True
-        self.ids.extend(token_ids)
-        if not self.live:
-            return False
-        self.text = self.tok.decode(self.ids, skip_special_tokens=True)
-        hits = [i for s in self.stops if (i := self.text.find(s)) >= 0]
-        if hits:
-            self.text, self.stopped = self.text[: min(hits)], True
-            return True
-        if self.on_text is not None and len(self.text) > self.emitted:
-            safe = min(len(self.text) - self._hold, len(self.text.rstrip("\ufffd")))
-            if safe > self.emitted:
-                self.on_text(self.text[self.emitted : safe])
-                self.emitted = safe
-        return False
-
-    def flush(self) -> None:
-        """The final text; the rest of it to ``on_text``."""
-        if not self.live:
-            self.text = self.tok.decode(self.ids, skip_special_tokens=True)
-        if self.on_text is not None and len(self.text) > self.emitted:
-            self.on_text(self.text[self.emitted :])
-            self.emitted = len(self.text)

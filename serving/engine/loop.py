@@ -216,7 +216,7 @@ class EngineLoop:
         if self.on_step is not None:
             self.on_step(plan)
         t0 = time.perf_counter()
-        rows = [self._row(sr) for sr in plan.rows]
+        rows = [sr.row() for sr in plan.rows]
         try:
             out = self._run(rows)
         except Exception as exc:  # noqa: BLE001 - re-run one by one below
@@ -248,23 +248,6 @@ class EngineLoop:
         self.stats.step_s += time.perf_counter() - t0
         return True
 
-    @staticmethod
-    def _row(sr: ScheduledRow) -> Row:
-        req = sr.request
-        if sr.kind == RowKind.OPTION:
-            return Row(req.doc, req.tail.fork(), sr.token_ids, req.pages, "all", checked=True)
-        if req.kind is RequestKind.SCORE:  # the prompt's last logits score the options' first tokens
-            return Row(req.doc, req.tail, sr.token_ids, req.pages, "last" if sr.last_chunk else "none", checked=True)
-        reserve = len(req.prompt_ids) + req.max_new_tokens
-        if not sr.samples:
-            return Row(req.doc, req.tail, sr.token_ids, req.pages, "none", checked=True, reserve=reserve)
-        allowed = req.allowed_ids()
-        if allowed:  # only these tokens' logits are computed (a verbatim quote)
-            return Row(req.doc, req.tail, sr.token_ids, req.pages, "last", logit_ids=allowed, checked=True,
-                       reserve=reserve)
-        want = "greedy" if req.plain_greedy else "last"
-        return Row(req.doc, req.tail, sr.token_ids, req.pages, want, checked=True, reserve=reserve)
-
     def _postprocess(self, plan: StepPlan, out: StepOutput) -> bool:
         """Sample, append, finish; True when the host waited for the device (read sampled tokens)."""
         picks: list[tuple[ScheduledRow, int]] = []  # rows that sample, and their row of out.last
@@ -280,7 +263,7 @@ class EngineLoop:
                     self._end(req, reason="stop")  # nothing may follow: the quote cannot start or go on
                     continue
                 picks.append((sr, out.index[i]))
-                params.append(self._sampling(req, allowed))
+                params.append(req.sampling_row(allowed))
         scored = self._scores(plan, out)
         if picks:
             which = [j for _, j in picks]
@@ -301,39 +284,24 @@ class EngineLoop:
                 self._end(req, reason="length")
         return bool(picks or scored)
 
-    def _sampling(self, req: Request, allowed: list[int] | None) -> RowSampling:
-        banned = None
-        if req.min_tokens and len(req.output_ids) < req.min_tokens:
-            banned = sorted(req.stop_ids)
-        return RowSampling(req.temperature, req.sampling, req.output_ids, req.prompt_ids, allowed, banned,
-                           req.generator)
-
-    def _scores(self, plan: StepPlan, out: StepOutput) -> list[Request]:
-        """Score requests: keep the prompt's log-softmax, sum each option's token log-probs; the
-        requests whose every option is scored."""
+    @staticmethod
+    def _scores(plan: StepPlan, out: StepOutput) -> list[Request]:
+        """Score requests' rows into their state; the requests whose every option is scored."""
         done = []
         for i, sr in enumerate(plan.rows):
             req = sr.request
             if req.kind is not RequestKind.SCORE:
                 continue
             if sr.last_chunk:
-                req.first_logprobs = torch.log_softmax(out.last[out.index[i]].float(), -1)
-                req.option_logprobs = {}
+                req.take_prompt_logits(out.last[out.index[i]])
             elif sr.kind == RowKind.OPTION:
-                ids = req.options[sr.option]
-                logp = torch.log_softmax(out.all[i].float(), -1)
-                tgt = torch.tensor(ids[1:], device=logp.device)
-                req.option_logprobs[sr.option] = logp[torch.arange(len(ids) - 1, device=logp.device), tgt].sum()
+                req.take_option_logits(sr.option, out.all[i])
             else:
                 continue
-            longer = sum(1 for ids in req.options if len(ids) > 1)
-            if req.first_logprobs is not None and len(req.option_logprobs) == longer and req not in done:
+            if req.scores_ready() and req not in done:
                 done.append(req)
         for req in done:
-            totals = [req.first_logprobs[ids[0]] + req.option_logprobs[k] if len(ids) > 1
-                      else req.first_logprobs[ids[0]] for k, ids in enumerate(req.options)]
-            vals = torch.stack(totals).tolist()
-            req.scores = [v / len(ids) if req.per_token else v for v, ids in zip(vals, req.options)]
+            req.finish_scores()
         return done
 
     def _append(self, req: Request, tok: int) -> None:

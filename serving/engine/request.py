@@ -19,6 +19,7 @@ from enum import Enum
 
 import torch
 
+from agentctx.serving.engine.sampler import RowSampling
 from agentctx.serving.runner.paged_kv import DocKV, QueryTail
 from agentctx.serving.types import SamplingParams
 
@@ -157,6 +158,36 @@ class Request:
         return (self.temperature <= 0 and self.constraint is None and self.min_tokens == 0
                 and (self.sampling is None or self.sampling.is_default))
 
+    def sampling_row(self, allowed: list[int] | None) -> RowSampling:
+        """How the sampler picks its next token (stop ids banned while under ``min_tokens``)."""
+        banned = sorted(self.stop_ids) if self.min_tokens and len(self.output_ids) < self.min_tokens else None
+        return RowSampling(self.temperature, self.sampling, self.output_ids, self.prompt_ids, allowed, banned,
+                           self.generator)
+
     def allowed_ids(self) -> list[int] | None:
         """Token ids its next pick may take (a constraint), or None for any."""
         return None if self.constraint is None else self.constraint.allowed_ids()
+
+    # ---- a score request's results, as its rows come back (called by the loop)
+    def take_prompt_logits(self, logits: torch.Tensor) -> None:
+        """The prompt's last logits (vocab,): they score each option's first token."""
+        self.first_logprobs = torch.log_softmax(logits.float(), -1)
+        self.option_logprobs = {}
+
+    def take_option_logits(self, option: int, logits: torch.Tensor) -> None:
+        """Every token's logits (T, vocab) of an option's row (its tokens but the last)."""
+        ids = self.options[option]
+        logp = torch.log_softmax(logits.float(), -1)
+        tgt = torch.tensor(ids[1:], device=logp.device)
+        self.option_logprobs[option] = logp[torch.arange(len(ids) - 1, device=logp.device), tgt].sum()
+
+    def scores_ready(self) -> bool:
+        longer = sum(1 for ids in self.options if len(ids) > 1)
+        return self.first_logprobs is not None and len(self.option_logprobs) == longer
+
+    def finish_scores(self) -> None:
+        """Each option's log-probability: a sum over its tokens, or their mean with ``per_token``."""
+        totals = [self.first_logprobs[ids[0]] + self.option_logprobs[k] if len(ids) > 1
+                  else self.first_logprobs[ids[0]] for k, ids in enumerate(self.options)]
+        vals = torch.stack(totals).tolist()
+        self.scores = [v / len(ids) if self.per_token else v for v, ids in zip(vals, self.options)]

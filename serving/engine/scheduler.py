@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from agentctx.serving.engine.request import Request, RequestKind, RequestStatus
+from agentctx.serving.runner.batch_forward import Row
 
 __all__ = ["Scheduler", "StepPlan", "ScheduledRow", "SchedulerStats", "RowKind"]
 
@@ -49,6 +50,24 @@ class ScheduledRow:
     option: int = -1  # which option (OPTION rows)
     last_chunk: bool = field(init=False)  # a prompt chunk that ends the prompt: its last logits are read
     samples: bool = field(init=False)  # a token is picked from this row's last logits
+
+    def row(self) -> Row:
+        """The forward's row: its tail (a fork for an option), plan and what it wants back."""
+        req = self.request
+        if self.kind == RowKind.OPTION:
+            return Row(req.doc, req.tail.fork(), self.token_ids, req.pages, "all", checked=True)
+        if req.kind is RequestKind.SCORE:  # the prompt's last logits score the options' first tokens
+            return Row(req.doc, req.tail, self.token_ids, req.pages, "last" if self.last_chunk else "none",
+                       checked=True)
+        reserve = len(req.prompt_ids) + req.max_new_tokens
+        if not self.samples:
+            return Row(req.doc, req.tail, self.token_ids, req.pages, "none", checked=True, reserve=reserve)
+        allowed = req.allowed_ids()
+        if allowed:  # only these tokens' logits are computed (a verbatim quote)
+            return Row(req.doc, req.tail, self.token_ids, req.pages, "last", logit_ids=allowed, checked=True,
+                       reserve=reserve)
+        want = "greedy" if req.plain_greedy else "last"
+        return Row(req.doc, req.tail, self.token_ids, req.pages, want, checked=True, reserve=reserve)
 
     def __post_init__(self) -> None:
         r = self.request

@@ -1,6 +1,6 @@
 """One forward over the pending work of many queries: decode tokens and prompt chunks, packed.
 
-The scheduler (serving/scheduler.py) hands each step a list of :class:`Row`: a query's tail
+The engine loop (serving/engine/loop.py) hands each step a list of :class:`Row`: a query's tail
 and the tokens to append to it (one for a decode step, up to a chunk of a prompt). Rows may
 be over different documents and different page sets. :func:`run_rows` packs every eager row's
 tokens into one sequence (1, sum T) and runs the model once over it: embeddings, norms,

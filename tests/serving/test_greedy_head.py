@@ -100,6 +100,7 @@ def tiny_path(tmp_path_factory):
 
 def test_greedy_rows_pick_what_full_rows_pick(tiny_path):
     runner = ModelRunner(load_model(tiny_path, device="cpu"), page_size=16, prefill_chunk_tokens=32)
+    runner.cpu_greedy_head = True  # always, whatever this CPU's int8 speed ("auto" times it)
     doc = runner.prefill(list(range(5, 90)), progress=False)
     tails = {kind: [runner.new_tail(doc) for _ in range(3)] for kind in ("last", "greedy")}
     nxt = {kind: [7, 8, 9] for kind in tails}
@@ -114,6 +115,7 @@ def test_greedy_rows_pick_what_full_rows_pick(tiny_path):
 
 def test_engine_uses_it_only_for_plain_greedy_requests(tiny_path):
     engine = LocalEngine(load_model(tiny_path, device="cpu"), page_size=16, prefill_chunk_tokens=32)
+    engine.runner.cpu_greedy_head = True
     engine.prefill("doc", engine.tokenize_document("a b c d e f g h " * 20), progress=False)
     engine.generate(GenerateRequest("doc", "question", max_new_tokens=4, temperature=0.7, seed=1))
     engine.generate(GenerateRequest("doc", "question", max_new_tokens=4,
@@ -123,3 +125,15 @@ def test_engine_uses_it_only_for_plain_greedy_requests(tiny_path):
     assert engine.runner._greedy_head is not None
     engine.runner.cpu_greedy_head = False
     assert engine.generate(GenerateRequest("doc", "question", max_new_tokens=6)).token_ids == plain.token_ids
+
+
+def test_auto_keeps_the_int8_head_only_where_it_is_faster(tiny_path):
+    """"auto" times both heads once on the first greedy rows and keeps the faster; either way the
+    token is the full head's argmax."""
+    runner = ModelRunner(load_model(tiny_path, device="cpu"), page_size=16, prefill_chunk_tokens=32)
+    assert runner.cpu_greedy_head == "auto"
+    hidden = torch.randn(3, runner.model.lm_head.weight.shape[1], generator=torch.Generator().manual_seed(5))
+    got = runner.greedy_from_hidden(hidden)
+    assert runner.cpu_greedy_head in ("auto", False)
+    assert (runner._greedy_head is None) == (runner.cpu_greedy_head is False)
+    assert torch.equal(got.argmax(-1), runner.logits_from_hidden(hidden).argmax(-1))
