@@ -5,7 +5,8 @@ side by side in one process on the same loaded model (real Gemma 3 270M, CPU by 
 
 Each agent asks its own question over its own ~budget share of the pages, greedy, no stop.
 "alone" is decode_batch=1 (before: a generation holds the forward lock from prompt to last
-token); "batched" lets concurrent generations share steps (serving/engine/loop.py; before it serving/scheduler.py, and before that serving/decode_batcher.py).
+token); "batched" lets concurrent generations share steps (serving/engine/loop.py; before it
+serving/scheduler.py, and before that serving/decode_batcher.py).
 Both run twice, interleaved; the second round is reported. Checks the tokens are identical.
 """
 
