@@ -216,7 +216,7 @@ class PipelineRunResponse(BaseModel):
 #: OpenAI parameters we do not implement: a request that sets one is refused with a 400 naming it,
 #: never answered as if it had not been sent. (Unset, null, false or empty counts as not sent.)
 UNSUPPORTED_OPENAI_PARAMS = ("tools", "tool_choice", "functions", "function_call", "logit_bias", "top_logprobs",
-                             "audio", "prediction", "web_search_options")
+                             "audio", "prediction", "web_search_options", "reasoning_effort", "verbosity")
 
 
 class _OpenAICommon(_Lenient):
@@ -228,12 +228,16 @@ class _OpenAICommon(_Lenient):
     min_p: float | None = Field(None, ge=0.0, le=1.0, description="Extension (vLLM's)")
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=2.0, description="Extension (vLLM's): a seen "
+                                             "token's positive logit divided by it, a negative one multiplied")
+    min_tokens: int | None = Field(None, ge=0, description="Extension (vLLM's): no end of text before this many")
+    ignore_eos: bool | None = Field(None, description="Extension (vLLM's): generate through end-of-text tokens")
     response_format: dict[str, Any] | None = None
     n: int | None = Field(None, ge=1, le=128)
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
     stop: list[str] | str | None = None
-    seed: int | None = Field(None, ge=-MAX_SEED, le=MAX_SEED)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
     logprobs: Any = None
     user: str | None = Field(None, max_length=256)
     modalities: list[str] | None = None
@@ -247,6 +251,8 @@ class _OpenAICommon(_Lenient):
     audio: Any = None
     prediction: Any = None
     web_search_options: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
     # agentctx extensions
     context_id: str | None = Field(None, min_length=1, max_length=128, description="Answer over this context")
     dense: bool = False

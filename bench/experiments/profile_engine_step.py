@@ -54,7 +54,7 @@ def main() -> None:
               f"{r['decode_tok_per_s']:.0f} tok/s; per step: loop {1e3 * (ls.step_s - t0) / steps:.2f} ms "
               f"(profiled), GPU busy {busy:.2f} ms, {sum(count.values()) / steps:.0f} kernels; host calls per step: "
               + ", ".join(f"{k} {v / steps:.1f}" for k, v in sorted(host.items())))
-        for name, us in sorted(gpu.items(), key=lambda kv: -kv[1])[:15]:
+        for name, us in sorted(gpu.items(), key=lambda kv: -kv[1])[:30]:
             print(f"  {us / 1e3 / steps:7.3f} ms/step  {count[name] / steps:6.1f}/step  {name[:110]}")
     finally:
         b.loop.shutdown()

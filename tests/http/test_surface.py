@@ -87,6 +87,25 @@ def test_sampling_parameters_are_honoured(oai, model, cid):
         assert _complete(oai, model, cid, temperature=0, max_tokens=32, **kw).choices[0].text != long_greedy, kw
 
 
+def test_vllm_extensions_are_honoured_and_bad_values_refused(oai, model, cid, a):
+    """repetition_penalty, min_tokens and ignore_eos (vLLM's) reach the engine's sampler; they used to be
+    accepted and ignored."""
+    long_greedy = _complete(oai, model, cid, temperature=0, max_tokens=32).choices[0].text
+    assert _complete(oai, model, cid, temperature=0, max_tokens=32,
+                     extra={"repetition_penalty": 2.0}).choices[0].text != long_greedy
+    # ignore_eos: the full max_tokens, whatever the model would stop at.
+    out = _complete(oai, model, cid, temperature=0, max_tokens=24, extra={"ignore_eos": True})
+    assert out.usage.completion_tokens == 24 and out.choices[0].finish_reason == "length"
+    for body, param in (({"min_tokens": 20, "max_tokens": 8}, "min_tokens"), ({"seed": -5}, "seed"),
+                        ({"repetition_penalty": 0}, "repetition_penalty")):
+        r = a.post("/v1/completions", json={"prompt": "x", "max_tokens": 8, "context_id": cid, **body})
+        assert r.status_code == 422 and r.json()["error"]["param"] == param, (body, r.text)
+    for name, value in (("reasoning_effort", "low"), ("verbosity", "high")):
+        r = a.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                                                 name: value})
+        assert r.status_code == 400 and r.json()["error"]["param"] == name, r.text
+
+
 def test_unsupported_parameters_are_refused_naming_them(oai, model, cid, a):
     tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
     msgs = [{"role": "user", "content": "hi"}]

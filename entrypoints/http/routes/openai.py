@@ -6,7 +6,8 @@ token alone: no placeholder text); a chat there goes through the checkpoint's ch
 it has one. ``stream: true`` gives OpenAI chunks and ``data: [DONE]``.
 
 No parameter is silently ignored: ``temperature``, ``top_p``, ``top_k``, ``min_p``,
-``presence_penalty``, ``frequency_penalty``, ``seed``, ``stop`` and ``response_format``
+``presence_penalty``, ``frequency_penalty``, ``repetition_penalty``, ``min_tokens``, ``ignore_eos``
+(vLLM's extensions), ``seed``, ``stop`` and ``response_format``
 (``json_object``, ``json_schema``: structured_output.py) are honoured; ``n > 1``, ``logprobs``,
 ``tools``/``tool_choice``, ``logit_bias`` and the other ``UNSUPPORTED_OPENAI_PARAMS`` are refused
 with a 400 naming the parameter.
@@ -155,7 +156,8 @@ def _check_supported(body) -> None:
 def _sampling(body) -> SamplingParams | None:
     params = SamplingParams(top_p=1.0 if body.top_p is None else body.top_p, top_k=body.top_k or 0,
                             min_p=body.min_p or 0.0, presence_penalty=body.presence_penalty or 0.0,
-                            frequency_penalty=body.frequency_penalty or 0.0)
+                            frequency_penalty=body.frequency_penalty or 0.0,
+                            repetition_penalty=body.repetition_penalty or 1.0)
     return None if params.is_default else params
 
 
@@ -187,6 +189,9 @@ async def _generate(svc: ApiService, request: Request, body, prompt: str, query_
     tenant = tenant_of(request)
     model = await _model_name(svc, body.model)
     svc.check_max_tokens(max_tokens, param)
+    if body.min_tokens and body.min_tokens > max_tokens:
+        raise APIError(422, f"min_tokens ({body.min_tokens}) must be <= {param} ({max_tokens})",
+                       code="less_than_equal", param="min_tokens")
     policy = svc.policy_for(body.dense, body.budget_fraction, None)
     ctx = await _context(svc, body, tenant)
     handed_off = False
@@ -196,10 +201,10 @@ async def _generate(svc: ApiService, request: Request, body, prompt: str, query_
             plan = await svc.plan(ctx, query_text[-4000:] or prompt[-4000:], policy)
         stop = tuple(body.stop) if body.stop is not None else (_CHAT_STOP if chat else ())
         temperature = 1.0 if body.temperature is None else body.temperature
-        seed = None if body.seed is None else abs(body.seed)
         req = GenerateRequest(ctx.context_id, prompt, None if plan is None else tuple(plan.pages), max_tokens,
-                              temperature, stop, seed, tenant=tenant, request_id=request.state.request_id,
-                              sampling=_sampling(body))
+                              temperature, stop, body.seed, tenant=tenant, request_id=request.state.request_id,
+                              sampling=_sampling(body), min_tokens=body.min_tokens or 0,
+                              ignore_eos=bool(body.ignore_eos))
         oid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         schema = response_model(body.response_format)

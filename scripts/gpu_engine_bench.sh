@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The engine-loop benchmarks of BENCHMARKS §4h on the GPU machine, in two parts that each fit one
+# device call (10 minutes). Results land in $1 (default bench/results/engine_gpu).
+#   bash scripts/gpu_engine_bench.sh a OUTDIR   # Gemma arch 1M: the engine (union, rows) and the
+#                                               # engine before (.old/pkg, see below), same machine
+#   bash scripts/gpu_engine_bench.sh b OUTDIR   # Llama-8B arch 128K, Gemma arch 128K with the
+#                                               # review's plans, head of line
+# The "before" peer is a commit's tree unpacked into .old/pkg with its package dirs moved under
+# agentctx/ (so it imports its own code, never this checkout's editable install):
+#   mkdir -p .old/pkg && git archive f7dc6b9 | tar -x -C .old/pkg
+#   (cd .old/pkg && for d in common entrypoints kernels kv_store pipelines retrieval serving; do mv $d agentctx/; done)
+# and travels with the call through `carry: [".old"]`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+part="${1:?part a or b}"
+out="${2:-bench/results/engine_gpu}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$out/pip_install.log" 2>&1 \
+  || { echo "pip install -e . failed"; cat "$out/pip_install.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$out/gpu.txt"
+b=bench/bench_scheduler.py
+case "$part" in
+  a)
+    timeout 330 python3 $b --model gemma3-270m-random --tokens 1048576 --agents 1,16 \
+      --budgets 0.12,dense --peers union,rows --out "$out/gemma_1m.json" 2>&1 | tee "$out/gemma_1m.log"
+    if [ -d .old/pkg ]; then
+      root=$(pwd)
+      (cd /tmp && timeout 200 python3 "$root/.old/pkg/bench/bench_scheduler.py" --model gemma3-270m-random \
+        --tokens 1048576 --agents 1,16 --budgets 0.12,dense --out "$root/$out/before_gemma_1m.json") 2>&1 \
+        | tee "$out/before_gemma_1m.log"
+    fi ;;
+  b)
+    timeout 200 python3 $b --model llama3-8b-random --tokens 131072 --agents 16 --budgets 0.12,dense \
+      --peers union,rows --new-tokens 32 --out "$out/llama_128k.json" 2>&1 | tee "$out/llama_128k.log"
+    timeout 200 python3 $b --model gemma3-270m-random --tokens 131072 --agents 16,64 --budgets 0.12,real,dense \
+      --peers union --plans bench/results/review_plans_128k.json --out "$out/gemma_128k.json" 2>&1 \
+      | tee "$out/gemma_128k.log"
+    timeout 150 python3 $b --model gemma3-270m-random --tokens 131072 --agents 4,16 --budgets 0.12 \
+      --peers union --hol --hol-tokens 32768 --out "$out/hol_gemma_128k.json" 2>&1 | tee "$out/hol_gemma_128k.log" ;;
+  *) echo "part a or b" >&2; exit 2 ;;
+esac
