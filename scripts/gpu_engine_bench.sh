@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 part="${1:?part a or b}"
 out="${2:-bench/results/engine_gpu}"
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # absolute: the "before" peer runs from /tmp
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$out/pip_install.log" 2>&1 \
   || { echo "pip install -e . failed"; cat "$out/pip_install.log"; exit 1; }
@@ -27,7 +28,7 @@ case "$part" in
     if [ -d .old/pkg ]; then
       root=$(pwd)
       (cd /tmp && timeout 200 python3 "$root/.old/pkg/bench/bench_scheduler.py" --model gemma3-270m-random \
-        --tokens 1048576 --agents 1,16 --budgets 0.12,dense --out "$root/$out/before_gemma_1m.json") 2>&1 \
+        --tokens 1048576 --agents 1,16 --budgets 0.12,dense --out "$out/before_gemma_1m.json") 2>&1 \
         | tee "$out/before_gemma_1m.log"
     fi ;;
   b)
