@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from .index import VectorIndex, make_index
+from .index import VectorIndex, make_index, score_rows
 
 __all__ = ["HierarchicalIndex", "RetrieveResult"]
 
@@ -155,7 +155,7 @@ class HierarchicalIndex:
     def search_flat(self, query: np.ndarray, k: int) -> RetrieveResult:
         """Exact page ranking over every vector, whatever the document size."""
         t0 = time.perf_counter()
-        scores = self._vecs @ np.asarray(query, dtype=np.float32).reshape(-1)
+        scores = score_rows(self._vecs, query)
         pages, s = _page_max(scores, self._run_starts, self._run_pages, k)
         return RetrieveResult(pages, s, "flat", time.perf_counter() - t0)
 
@@ -201,6 +201,6 @@ class HierarchicalIndex:
                 break
             want *= 2
         # Sections are contiguous row ranges: score slices, no gather copy.
-        scores = np.concatenate([self._vecs[a:b] @ query for a, b in zip(lo, hi)])
+        scores = np.concatenate([score_rows(self._vecs[a:b], query) for a, b in zip(lo, hi)])
         pages, s = _page_max(scores, run_starts, pg[run_starts], k)
         return RetrieveResult(pages, s, "hierarchical", time.perf_counter() - t0, sections_searched=len(secs))

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
+import pytest
 
 from agentctx.retrieval import Embedder
 
@@ -87,3 +90,15 @@ def test_a_query_vector_is_a_function_of_its_text(tmp_path):
     from_cache = int8(tmp_path).embed_query(q)
     for got in (with_terms, in_batch, from_cache):
         np.testing.assert_array_equal(got, alone)
+
+
+@pytest.mark.skipif(sys.platform != "linux" or any(os.path.exists(p) for p in ("/proc/driver/nvidia", "/dev/kfd")),
+                    reason="a GPU driver is loaded: the default device asks torch")
+def test_default_device_without_a_gpu_driver_is_cpu_without_importing_torch(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "AGENTCTX_EMBED_DEVICE"}
+    code = ("import sys; from agentctx.retrieval import Embedder; "
+            "print(Embedder(cache_dir=False).device, 'torch' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "cpu False"

@@ -1,5 +1,8 @@
 """The MiniLM encoders agree with sentence-transformers; int8 vectors get a cache key of their own."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -102,3 +105,52 @@ def test_auto_falling_back_from_int8_rekeys_before_writing(tmp_path, monkeypatch
     assert np.array_equal(out, fallback.encode(TEXTS[:2])) and e.cache_hits == 0
     assert e.key("x") == _F32_KEY and e._read(e.key(TEXTS[1])) is not None
     assert np.array_equal(e._read(e._key(TEXTS[0], "int8")), int8_vec)  # left as it was
+
+
+def test_tokenizer_is_transformers_own(wordpiece_tokenizer):
+    """The encoder's ``tokenizers`` tokenizer gives the ids and mask of transformers' AutoTokenizer
+    called as the encoder used to call it (padding to the longest, truncation at 256)."""
+    texts = TEXTS + ["", "Café naïve — “quoted” 中文 😀\tx\ny", "word " * 400, "x" * 3000]
+    want = wordpiece_tokenizer(texts, padding=True, truncation=True, max_length=encoder_module.MAX_SEQ_TOKENS,
+                               return_tensors="np")
+    got = encoder_module.load_tokenizer().encode_batch(texts)
+    assert np.array_equal(np.array([e.ids for e in got]), want["input_ids"])
+    assert np.array_equal(np.array([e.attention_mask for e in got]), want["attention_mask"])
+
+
+def test_probe_reference_is_made_once_then_read(tmp_path, monkeypatch):
+    ref = encoder_module._probe_reference(tmp_path)  # torch, once
+    assert ref.shape == (len(encoder_module._PROBE), 384) and ref.dtype == np.float32
+    with monkeypatch.context() as m:
+        m.setattr(encoder_module, "TorchEncoder", None)  # read from the cache: no torch
+        assert np.array_equal(encoder_module._probe_reference(tmp_path), ref)
+    (path,) = (tmp_path / "onnx").glob("*.probe.*.npy")
+    path.write_bytes(path.read_bytes()[:100])  # torn: made again
+    assert np.array_equal(encoder_module._probe_reference(tmp_path), ref)
+
+
+def test_a_new_process_loads_the_cached_onnx_encoder_quietly_without_torch(tmp_path):
+    """Once the cache holds the graph and the probe's reference, a new process loads the encoder
+    without importing torch, transformers or sentence-transformers, and writes nothing to stderr."""
+    from agentctx.common import settings
+
+    cache = settings.cache_dir()
+    load_encoder("cpu", "onnx-int8")  # makes the graph, and the reference, if this cache lacks them
+    encoder_module._probe_reference(cache)
+    code = ("import sys; from agentctx.retrieval.encoder import load_encoder; "
+            f"e = load_encoder('cpu', 'onnx-int8', cache_dir={str(cache)!r}); "
+            "print(e.name, e.encode(['ok'], threads=1).shape, "
+            "sorted(m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "onnx-int8 (1, 384) []" and run.stderr == ""
+
+
+def test_loading_torch_weights_draws_no_progress_bar(capfd):
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.is_progress_bar_enabled()
+    encoder_module.TorchEncoder("cpu")
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "it/s" not in err, err
+    assert hf_logging.is_progress_bar_enabled() == before  # the process-wide setting is restored

@@ -3,8 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agentctx.retrieval import document as document_module
+from agentctx.retrieval import index as index_module
 from agentctx.retrieval.hierarchical import HierarchicalIndex
-from agentctx.retrieval.index import FaissFlatIndex, FaissHNSWIndex, make_index
+from agentctx.retrieval.index import FaissFlatIndex, FaissHNSWIndex, make_index, score_rows
 
 
 def _unit(rng, n, d=32):
@@ -90,3 +92,52 @@ def test_k_larger_than_pages_and_empty():
     assert sorted(h.search(_unit(rng, 1)[0], 50)[0].pages.tolist()) == [0, 1, 2]
     with pytest.raises(ValueError):
         HierarchicalIndex(np.zeros((0, 4), np.float32), np.zeros(0))
+
+
+def _blas_thread_counts() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+def test_blas_threads_are_pinned_for_the_call_and_restored():
+    before = _blas_thread_counts()
+    with index_module._blas_threads(1):
+        assert _blas_thread_counts() == [1] * len(before)
+    assert _blas_thread_counts() == before
+
+
+@pytest.fixture
+def blas_pins(monkeypatch) -> list[int]:
+    """The thread counts every ``score_rows`` call pinned BLAS to, in order."""
+    real, seen = index_module._blas_threads, []
+
+    def spy(n):
+        seen.append(n)
+        return real(n)
+
+    monkeypatch.setattr(index_module, "_blas_threads", spy)
+    return seen
+
+
+def test_score_rows_is_the_matrix_vector_product_on_one_blas_thread(blas_pins):
+    """A 1M-token document's shape (50K passages x 384): the same float32 numbers as numpy's own
+    product on its default (multi-thread) BLAS."""
+    rng = np.random.default_rng(5)
+    vecs, q = _unit(rng, 50_000, 384), _unit(rng, 1, 384)[0]
+    want = vecs @ q
+    got = score_rows(vecs, q)
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+    assert np.array_equal(score_rows(vecs, q.astype(np.float64)), want)  # the query takes the rows' dtype
+    assert blas_pins == [1, 1]
+
+
+def test_every_scan_of_the_vectors_runs_on_one_blas_thread(blas_pins):
+    rng = np.random.default_rng(6)
+    pages = np.repeat(np.arange(40), 2)
+    vecs, q = _unit(rng, len(pages)), _unit(rng, 1)[0]
+    HierarchicalIndex(vecs, pages).search_flat(q, 5)
+    assert blas_pins == [1]
+    hier = HierarchicalIndex(vecs, pages, flat_below_pages=0, section_pages=8, fanout=100.0)
+    assert hier.search(q, 5)[0].sections_searched == 5 and blas_pins == [1] * 6  # one per section
+    assert document_module.score_rows is score_rows  # DocumentIndex's passage scores
