@@ -107,6 +107,10 @@ class ServeConfig(_Strict):
     retry_after_s: float = Field(1.0, ge=0, description="Retry-After sent with 503 (busy, store outage)")
     max_new_tokens: int = Field(1024, ge=1, description="Largest max_new_tokens / max_tokens one request may ask")
     request_timeout_s: float = Field(300.0, gt=0, description="Model call deadline inside the HTTP ingress; then 504")
+    stall_timeout_s: float = Field(
+        600.0, gt=0, description="A document's prefill or a context's restore fails only after this long with no "
+                                 "progress (no deadline on a slow one); also the deadline of other model calls "
+                                 "made by agents and the CLI")
 
 
 class AgentctxConfig(_Strict):

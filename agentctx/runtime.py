@@ -20,6 +20,8 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from agentctx.common import settings
@@ -27,11 +29,29 @@ from agentctx.config import AgentctxConfig
 from agentctx.context import Context
 from agentctx.kv_store.doc_blob import DOC_BLOB, encode_doc_blob
 from agentctx.retrieval_service import RetrievalService
+from agentctx.serving.serve.progress import Progress, ProgressCallback
 
 __all__ = ["Runtime", "LoadResult", "context_id_for", "init_ray", "retrieval_actor", "RETRIEVAL_ACTOR"]
 
 log = logging.getLogger(__name__)
 RETRIEVAL_ACTOR = "agentctx-retrieval"
+
+
+@contextmanager
+def _progress_bar(show: bool, total: int, then: ProgressCallback | None) -> Iterator[ProgressCallback | None]:
+    """A callback that moves a tqdm bar (when ``show``) and calls ``then``."""
+    if not show:
+        yield then
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit="tok", unit_scale=True, desc="prefill", dynamic_ncols=True) as bar:
+        def report(p: Progress) -> None:
+            bar.update(max(0, p.done - bar.n))
+            if then is not None:
+                then(p)
+
+        yield report
 
 
 def context_id_for(model_id: str, tenant: str, text: str) -> str:
@@ -115,7 +135,8 @@ class Runtime:
                         "(not durable across a Ray restart; set a Redis URL for production)")
         rt = cls.connect(config, None)
         log.info("starting model replica(s): %s", config.model.path or "embedded Gemma 3 270M")
-        rt.client = ServeReplicaClient(deploy_replicas(config.replica_config()))
+        stall = config.serve.stall_timeout_s
+        rt.client = ServeReplicaClient(deploy_replicas(config.replica_config()), timeout_s=stall, stall_s=stall)
         rt._owns_ray = owns_ray
         return rt
 
@@ -142,13 +163,16 @@ class Runtime:
     def policy(self):
         return self.config.retrieval
 
-    def load_context(self, text: str, tenant: str = "default", *, allow_empty: bool = False
+    def load_context(self, text: str, tenant: str = "default", *, allow_empty: bool = False,
+                     on_progress: ProgressCallback | None = None, progress: bool = False
                      ) -> tuple[Context, LoadResult]:
         """Tokenize, prefill once, publish pages, index chunks; returns an open Context.
 
         The same text again reattaches; whatever the stored context lost (pages or blobs gone
         with a store actor or a restart) is rebuilt from this text first (``prefilled`` then
         says whether that took a prefill). ``allow_empty``: ``""`` is the no-document context.
+        ``on_progress``: called with a ``Progress`` after each prefill chunk; ``progress``: a
+        progress bar on stderr (tokens, tokens/s, ETA).
         """
         import ray
 
@@ -160,10 +184,11 @@ class Runtime:
         # Index while the replica prefills: the two run in other processes, and the index's first
         # use loads the embedding model (~20 s on the 2-core CPU machine) that would otherwise follow.
         indexed = self.retrieval.index_document.remote(cid, text, doc.offsets) if text else None
-        pre = self.client.prefill_context(cid, tenant, doc)
-        prefilled = pre.prefill_s > 0
-        if not prefilled:  # already listed: put back what a restart or an eviction lost, from this text
-            prefilled = self.client.restore_context(cid, tenant, text).prefilled
+        with _progress_bar(progress, len(doc.token_ids), on_progress) as report:
+            pre = self.client.prefill_context(cid, tenant, doc, on_progress=report)
+            prefilled = pre.prefill_s > 0
+            if not prefilled:  # already listed: put back what a restart or an eviction lost, from this text
+                prefilled = self.client.restore_context(cid, tenant, text, on_progress=report).prefilled
         t1 = time.perf_counter()
         if self.store.missing_blobs(cid, [DOC_BLOB]):
             self.store.put_blob(cid, DOC_BLOB, encode_doc_blob(text, doc.offsets), tenant=tenant)

@@ -49,6 +49,8 @@ def _config(args):
         cfg.model.path = args.model
     if getattr(args, "tokenizer", None):
         cfg.model.tokenizer = args.tokenizer
+    if getattr(args, "stall_timeout", None) is not None:
+        cfg.serve.stall_timeout_s = args.stall_timeout
     if getattr(args, "budget", None) is not None:
         cfg.retrieval = cfg.retrieval.model_copy(update={"budget_fraction": args.budget, "top_k_pages": None})
     return cfg
@@ -106,6 +108,16 @@ def cmd_prepare_model(args) -> int:
     return 0
 
 
+def _positive(raw: str) -> float:
+    try:
+        v = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{raw!r}: give a positive, finite number of seconds")
+    return v
+
+
 _TOKENIZER_HELP = "local dir whose tokenizer replaces the model's own (e.g. beside a .gguf file)"
 
 
@@ -124,12 +136,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dense", action="store_true", help="attend every page (the dense peer)")
     r.add_argument("--budget", type=float, help="attend this fraction of the context (e.g. 0.12)")
     r.add_argument("--clauses", help="comma-separated clause kinds (default: the whole taxonomy)")
+    r.add_argument("--stall-timeout", type=_positive, metavar="S",
+                   help="fail a model call (the prefill included) only after S seconds without progress "
+                        "(default: serve.stall_timeout_s, 600)")
     r.set_defaults(func=cmd_review)
 
     s = sub.add_parser("serve", help="start the HTTP API (Ray Serve) in the foreground")
     s.add_argument("--config", default=None, help="agentctx YAML config (e.g. deploy/agentctx.yaml)")
     s.add_argument("--model")
     s.add_argument("--tokenizer", help=_TOKENIZER_HELP)
+    s.add_argument("--stall-timeout", type=_positive, metavar="S",
+                   help="fail a document's prefill or restore only after S seconds without progress")
     s.set_defaults(func=cmd_serve)
 
     m = sub.add_parser("prepare-model", help="convert the embedded model once (or check a --model dir)")

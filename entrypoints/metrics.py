@@ -19,7 +19,9 @@ ingress replica, the default) for the full picture. Families:
 * ``agentctx_replica_*{replica}`` — the model replicas' own counters (device-cache
   hits/misses, loads, prefills, cached bytes), requests running and waiting, queue time
   (``agentctx_replica_queue_seconds_total`` / ``agentctx_replica_requests_started_total``),
-  refreshed at scrape time from ``info()`` of the replica the scrape reaches.
+  refreshed at scrape time from ``info()`` of the replica the scrape reaches;
+  ``agentctx_replica_scheduler_{running,waiting}`` are the engine scheduler's admitted and
+  waiting requests.
 * ``agentctx_time_per_output_token_seconds{route}``, ``agentctx_prompt_tokens_total{route}``
   (prompt + attended document tokens, as ``usage.prompt_tokens``).
 * ``agentctx_kv_store_bytes`` / ``_budget_bytes`` / ``_pages``, ``agentctx_kv_store_evictions_total``,
@@ -123,7 +125,9 @@ class _ReplicaCollector:
             yield _family(GaugeMetricFamily, f"agentctx_replica_{key}", doc, infos, key)
         sched = {name: s if isinstance(s := info.get("scheduler"), dict) else {} for name, info in infos.items()}
         for key, doc in _SCHED_GAUGES.items():
-            yield _family(GaugeMetricFamily, f"agentctx_replica_requests_{key}", doc, sched, key)
+            # Not agentctx_replica_requests_*: those names are the replica's own gauges above, and a
+            # second HELP/TYPE for one name makes Prometheus reject the whole page.
+            yield _family(GaugeMetricFamily, f"agentctx_replica_scheduler_{key}", doc, sched, key)
 
 
 def _family(cls, metric: str, doc: str, per_replica: dict[str, dict], key: str):

@@ -1,10 +1,10 @@
 """Request and response bodies of the HTTP API (pydantic), OpenAI-compatible where it applies.
 
 Our own routes (``/v1/contexts``, ``/v1/pipelines``) are strict: an unknown field
-is a 422 naming it. The OpenAI routes (``/v1/completions``,
-``/v1/chat/completions``) ignore fields they don't know, as OpenAI clients send
-many optional ones, but refuse values they cannot honour (``n > 1``,
-``logprobs``) with a 400 naming the parameter. Every error body has one shape::
+is a 422 naming it, and a flag is JSON ``true``/``false`` (never ``"yes"`` or ``1``).
+The OpenAI routes (``/v1/completions``, ``/v1/chat/completions``) ignore fields they
+don't know, as OpenAI clients send many optional ones, but refuse values they cannot
+honour (``n > 1``, ``logprobs``) with a 400 naming the parameter. Every error body has one shape::
 
     {"error": {"message": ..., "type": ..., "code": ..., "param": ..., "limit": ...}}
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 __all__ = [
     "MAX_QUESTION_CHARS", "MAX_PROMPT_CHARS", "MAX_STOP", "MAX_STOP_CHARS", "CONTEXT_ID_RE", "RUN_ID_RE",
@@ -104,7 +104,7 @@ class CreateContextRequest(_Strict):
     """``POST /v1/contexts`` as JSON (a multipart upload sends the text as its ``file`` part)."""
 
     text: str = Field(min_length=1, description="The document (UTF-8 text)")
-    async_: bool = Field(False, alias="async",
+    async_: StrictBool = Field(False, alias="async",
                          description="Answer 202 at once and load in the background (poll status_url)")
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -123,6 +123,8 @@ class ContextResponse(BaseModel):
     total_s: float | None = None
     holders: int | None = None
     status_url: str | None = None
+    progress: dict[str, Any] | None = Field(
+        None, description="While loading: tokens_done, tokens_total, elapsed_s, tokens_per_s, eta_s of the prefill")
     error: ErrorDetail | None = None
 
 
@@ -133,8 +135,8 @@ class QueryRequest(_Strict):
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stop: list[str] | str | None = Field(None, description=f"Up to {MAX_STOP} stop strings")
-    stream: bool = Field(False, description="Server-sent events: plan, delta..., done")
-    dense: bool = Field(False, description="Attend every page (no retrieval)")
+    stream: StrictBool = Field(False, description="Server-sent events: plan, delta..., done")
+    dense: StrictBool = Field(False, description="Attend every page (no retrieval)")
     budget_fraction: float | None = Field(None, gt=0.0, le=1.0)
     top_k_pages: int | None = Field(None, ge=0, le=1 << 16)
 
@@ -188,8 +190,8 @@ class ReviewOptions(_Strict):
     """Options of the built-in ``document_review`` pipeline."""
 
     clause_kinds: list[str] | None = Field(None, min_length=1, max_length=64)
-    summarize: bool = True
-    dense: bool = False
+    summarize: StrictBool = True
+    dense: StrictBool = False
 
 
 class PipelineRunRequest(_Strict):

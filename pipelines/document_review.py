@@ -63,7 +63,7 @@ def run_review(runtime, text: str, *, source: str = "document", tenant: str = "d
                clause_kinds: tuple[str, ...] = CLAUSE_KINDS) -> ReviewReport:
     """Load (or reattach) the document, run the review pipeline, write report.json/.html."""
     t0 = time.perf_counter()
-    ctx, load = runtime.load_context(text, tenant=tenant)
+    ctx, load = runtime.load_context(text, tenant=tenant, progress=progress)
     try:
         structure = structure_of(text)
         spec = review_pipeline(dense=dense, clause_kinds=clause_kinds,

@@ -152,7 +152,7 @@ class VLLMEngine(Engine):
                 f"document has {n} tokens; the vLLM engine's limit is {self.max_context_tokens} "
                 f"(the model's max_model_len {self.max_model_len} bounds it)")
 
-    def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True, warm: bool = True
+    def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True, on_chunk=None, warm: bool = True
                 ) -> PrefillResult:
         """Compute the document's KV once into vLLM's prefix cache (a 1-token request over it).
 
@@ -166,6 +166,8 @@ class VLLMEngine(Engine):
         dt = time.perf_counter() - t0
         self._insert(context_id, list(doc.token_ids))
         n = len(doc.token_ids)
+        if on_chunk is not None:  # vLLM prefills in one call: one report at the end
+            on_chunk(n, n)
         return PrefillResult(context_id, n, -(-n // self.page_size), self.page_size, n * self._kv_bytes_per_token, dt)
 
     def _warm(self, ids: list[int]) -> None:

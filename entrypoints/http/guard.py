@@ -8,11 +8,12 @@ the key selects the tenant (``request.state.tenant``).
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 
 from starlette.datastructures import Headers
-from starlette.routing import get_route_path
+from starlette.routing import Match, get_route_path
 
 from agentctx.entrypoints.auth import DEFAULT_TENANT
 from agentctx.entrypoints.http.errors import APIError
@@ -23,6 +24,7 @@ __all__ = ["Guard", "OPEN_PATHS"]
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # what goes into logs as a caller's id
 
 
 class Guard:
@@ -36,19 +38,31 @@ class Guard:
             return await self.app(scope, receive, send)
         svc = self.svc
         t0 = time.perf_counter()
-        rid = uuid.uuid4().hex
+        # Behind Ray Serve's proxy the request already carries an id (the client's, or one the proxy
+        # made) and the proxy echoes it on the response: adopt it and add no second header. Hosted
+        # any other way, make one and echo it.
+        given = Headers(scope=scope).get("x-request-id")
+        rid = given if given and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        echo = not given
         state = {"status": 0, "started": False}
 
         async def send_wrapped(message):
             if message["type"] == "http.response.start":
                 state["started"], state["status"] = True, message["status"]
-                message = dict(message, headers=list(message.get("headers", [])) + [(b"x-request-id", rid.encode())])
+                if echo:
+                    headers = list(message.get("headers", [])) + [(b"x-request-id", rid.encode())]
+                    message = dict(message, headers=headers)
             await send(message)
 
         svc.metrics.in_flight.inc()
         try:
             headers = Headers(scope=scope)
             tenant = DEFAULT_TENANT
+            if not _known_path(scope):
+                # Before auth: a path no route serves is a 404 to anyone, as a client that typed
+                # it wrong needs to hear (a 401 would send them looking at their key).
+                err = APIError(404, f"no route {get_route_path(scope)!r}", type="not_found", code="not_found")
+                return await err.response()(scope, receive, send_wrapped)
             if get_route_path(scope) not in OPEN_PATHS:
                 tenant = svc.auth.tenant_for(headers.get("authorization"), headers.get("x-api-key"))
                 if tenant is None:
@@ -80,3 +94,11 @@ class Guard:
             svc.metrics.observe_request(template, scope.get("method", "?"), state["status"] or 499,
                                         time.perf_counter() - t0)
             svc.metrics.in_flight.dec()
+
+
+def _known_path(scope) -> bool:
+    """Whether any route of the app serves this path (by any method: a wrong method is a 405)."""
+    routes = getattr(getattr(scope.get("app"), "router", None), "routes", None)
+    if routes is None:  # not under a Starlette app: let routing decide
+        return True
+    return any(route.matches(scope)[0] != Match.NONE for route in routes)

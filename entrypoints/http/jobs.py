@@ -45,6 +45,7 @@ class Job:
     finished_at: float | None = None
     result: dict | None = None
     error: str | None = None
+    progress: dict | None = None  # kind "load": tokens done / total, tokens per second, ETA (Progress.as_dict)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class JobManager:
 
     def __init__(self, config: AgentctxConfig, model_handle, max_running: int = 2, max_jobs: int = 1000):
         self.cfg = config
-        self.client = ServeReplicaClient(model_handle, timeout_s=config.serve.request_timeout_s)
+        self.client = ServeReplicaClient(model_handle, timeout_s=config.serve.request_timeout_s,
+                                         stall_s=config.serve.stall_timeout_s)
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(max_running)
@@ -173,7 +175,8 @@ class JobManager:
                 slots.release()
 
     def _run_load(self, job: Job, payload: LoadPayload) -> dict:
-        ctx, res = self._runtime().load_context(payload.text, job.tenant)
+        ctx, res = self._runtime().load_context(payload.text, job.tenant,
+                                                on_progress=lambda p: self._set(job, progress=p.as_dict()))
         ctx.close()
         return {"num_tokens": res.num_tokens, "num_pages": res.num_pages, "prefilled": res.prefilled,
                 "prefill_s": res.prefill_s, "index_s": res.index_s, "total_s": res.total_s}

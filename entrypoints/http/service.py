@@ -27,7 +27,7 @@ from agentctx.entrypoints.http.errors import APIError, is_replica_failure, map_e
 from agentctx.entrypoints.http.failover import Failover
 from agentctx.entrypoints.http.jobs import jobs_actor
 from agentctx.entrypoints.metrics import HttpMetrics
-from agentctx.kv_store.errors import BlobNotFoundError, StoreError
+from agentctx.kv_store.errors import BlobNotFoundError, ContextNotFoundError, StoreError
 from agentctx.retrieval.policy import SelectionPolicy
 from agentctx.runtime import Runtime, context_id_for, retrieval_actor
 from agentctx.serving.serve.client import ServeReplicaClient
@@ -62,7 +62,8 @@ class ApiService:
         if model_handle is None:
             model_handle = serve.get_deployment_handle(MODEL_DEPLOYMENT, app_name=REPLICA_APP)
         self.handle = model_handle
-        self.client = ServeReplicaClient(model_handle, timeout_s=cfg.serve.request_timeout_s)
+        self.client = ServeReplicaClient(model_handle, timeout_s=cfg.serve.request_timeout_s,
+                                         stall_s=cfg.serve.stall_timeout_s)
         self.retrieval = retrieval_actor(cfg)
         self.jobs = jobs_actor(cfg, model_handle)
         self._rt = None
@@ -156,6 +157,12 @@ class ApiService:
         for t, c in list(self._empty.items()):
             if t == tenant or c == context_id:
                 self._empty.pop(t, None)
+
+    async def check_user_context(self, context_id: str, tenant: str) -> None:
+        """The tenant's built-in no-document context is not a context the user uploaded: the
+        context routes neither list it nor answer for it (404, as for any unknown id)."""
+        if context_id == context_id_for(await self.model_id(), tenant, EMPTY_DOCUMENT):
+            raise ContextNotFoundError(context_id)
 
     async def empty_context(self, tenant: str) -> str:
         """The tenant's built-in empty document (OpenAI requests without ``context_id``)."""

@@ -63,7 +63,9 @@ class Engine(ABC):
     def tokenize_document(self, text: str) -> TokenizedDoc: ...
 
     @abstractmethod
-    def prefill(self, context_id: str, doc: TokenizedDoc) -> PrefillResult: ...
+    def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True,
+                on_chunk: Callable[[int, int], None] | None = None) -> PrefillResult:
+        """Compute the document's KV once; ``on_chunk(done, total)`` as it goes (tokens)."""
 
     @abstractmethod
     def export(self, context_id: str) -> tuple[int, list[torch.Tensor], torch.Tensor | None]:

@@ -110,13 +110,19 @@ class LocalEngine(Engine):
     def tokenize_document(self, text: str) -> TokenizedDoc:
         return tokenize_document(self.tokenizer, text)
 
-    def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True) -> PrefillResult:
+    def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True,
+                on_chunk: Callable[[int, int], None] | None = None) -> PrefillResult:
+        """``on_chunk(done, total)`` after each chunk (tokens), for callers that report progress."""
         t0 = time.perf_counter()
         # One loop job per chunk: running requests keep stepping between chunks.
         chunks = self.runner.iter_prefill(doc.token_ids, progress=progress)
         kv = None
+        n, step, done = len(doc.token_ids), self.runner.prefill_chunk_tokens, 0
         while (part := self.loop.call(lambda: next(chunks, None))) is not None:
             kv = part
+            done = min(n, done + step)
+            if on_chunk is not None:
+                on_chunk(done, n)
         dt = time.perf_counter() - t0
         kv.token_ids = list(doc.token_ids)
         self.stats["prefills"] += 1

@@ -7,8 +7,10 @@ cluster (Serve handle, picklable into Ray actors).
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
+from agentctx.serving.serve.progress import Progress, ProgressCallback, follow
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ReplicaAPI", "LocalReplicaClient", "ServeReplicaClient"]
@@ -36,11 +38,14 @@ class LocalReplicaClient:
     def tokenize_document(self, text: str, allow_empty: bool = False) -> TokenizedDoc:
         return self.replica.tokenize_document(text, allow_empty)
 
-    def restore_context(self, context_id: str, tenant: str, text: str | None = None):
-        return self.replica.restore_context(context_id, tenant, text)
+    def restore_context(self, context_id: str, tenant: str, text: str | None = None,
+                        on_progress: ProgressCallback | None = None):
+        return self.replica.restore_context(context_id, tenant, text, _reporter(on_progress))
 
-    def prefill_context(self, context_id, tenant, doc, extra=None) -> PrefillResult:
-        return self.replica.prefill_context(context_id, tenant, doc, extra=extra)
+    def prefill_context(self, context_id, tenant, doc, extra=None, on_progress: ProgressCallback | None = None
+                        ) -> PrefillResult:
+        return self.replica.prefill_context(context_id, tenant, doc, progress=False, extra=extra,
+                                            on_chunk=_reporter(on_progress))
 
     def generate(self, req: GenerateRequest) -> GenerateResult:
         return self.replica.generate(req)
@@ -52,6 +57,14 @@ class LocalReplicaClient:
         return self.replica.stream(req)
 
 
+def _reporter(on_progress: ProgressCallback | None):
+    """``on_chunk(done, total)`` for an in-process replica, reporting ``Progress`` objects."""
+    if on_progress is None:
+        return None
+    t0 = time.monotonic()
+    return lambda done, total: on_progress(Progress(done, total, time.monotonic() - t0))
+
+
 class ServeReplicaClient:
     """Calls the ModelReplica deployment through a Serve DeploymentHandle (picklable).
 
@@ -59,14 +72,17 @@ class ServeReplicaClient:
     context's requests to a replica that already holds its pages (context
     affinity) and falls back to the least loaded replica otherwise.
 
-    Blocking methods (agents, the runtime) wait at most ``timeout_s``; the ``a*`` methods are
+    Blocking methods (agents, the runtime) wait at most ``timeout_s``, except a document's prefill
+    and a context's restore: those stream their progress and fail only when none came for
+    ``stall_s`` (``serving/serve/progress.py``), however long the document. The ``a*`` methods are
     awaitable Serve responses for an event loop (the HTTP ingress), which sets its own deadlines.
     Every call names its deployment method in code, so a reader (and a type checker) can follow it.
     """
 
-    def __init__(self, handle, timeout_s: float = 600.0):
+    def __init__(self, handle, timeout_s: float = 600.0, stall_s: float = 600.0):
         self.handle = handle
         self.timeout_s = timeout_s
+        self.stall_s = stall_s
 
     def _h(self, context_id: str | None = None, stream: bool = False):
         h = self.handle
@@ -85,12 +101,16 @@ class ServeReplicaClient:
     def tokenize_document(self, text: str, allow_empty: bool = False) -> TokenizedDoc:
         return self._wait(self._h().tokenize_document.remote(text, allow_empty))
 
-    def restore_context(self, context_id: str, tenant: str, text: str | None = None):
+    def restore_context(self, context_id: str, tenant: str, text: str | None = None,
+                        on_progress: ProgressCallback | None = None):
         """Put back a stored context's missing pages and blobs: a ``RestoreResult``."""
-        return self._wait(self._h(context_id).restore_context.remote(context_id, tenant, text))
+        stream = self._h(context_id, stream=True).restore_context_events.remote(context_id, tenant, text)
+        return follow(stream, self.stall_s, on_progress, f"restore of {context_id}")
 
-    def prefill_context(self, context_id, tenant, doc, extra=None) -> PrefillResult:
-        return self._wait(self._h(context_id).prefill_context.remote(context_id, tenant, doc, extra))
+    def prefill_context(self, context_id, tenant, doc, extra=None, on_progress: ProgressCallback | None = None
+                        ) -> PrefillResult:
+        stream = self._h(context_id, stream=True).prefill_context_events.remote(context_id, tenant, doc, extra)
+        return follow(stream, self.stall_s, on_progress, f"prefill of {context_id} ({len(doc.token_ids)} tokens)")
 
     def generate(self, req: GenerateRequest) -> GenerateResult:
         return self._wait(self._h(req.context_id).generate.remote(req))

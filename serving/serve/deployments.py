@@ -9,6 +9,7 @@ from ray import serve
 
 from agentctx.serving.config import ReplicaConfig
 from agentctx.serving.serve.load import LoadMeter
+from agentctx.serving.serve.progress import aevents
 from agentctx.serving.serve.restore import RestoreResult
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
@@ -59,6 +60,21 @@ class ModelReplicaDeployment:
                               ) -> PrefillResult:
         await self._touch()
         return await asyncio.to_thread(self.replica.prefill_context, context_id, tenant, doc, False, extra)
+
+    async def prefill_context_events(self, context_id: str, tenant: str, doc: TokenizedDoc,
+                                     extra: dict | None = None):
+        """``prefill_context`` as a stream (``handle.options(stream=True)``): a ``Progress`` per
+        chunk, then the ``PrefillResult`` (``serving/serve/progress.py``)."""
+        await self._touch()
+        async for item in aevents(lambda on_chunk: self.replica.prefill_context(
+                context_id, tenant, doc, False, extra, on_chunk=on_chunk)):
+            yield item
+
+    async def restore_context_events(self, context_id: str, tenant: str, text: str | None = None):
+        """``restore_context`` as a stream: a ``Progress`` per re-prefill chunk, then the result."""
+        await self._touch()
+        async for item in aevents(lambda on_chunk: self.replica.restore_context(context_id, tenant, text, on_chunk)):
+            yield item
 
     # Generation and scoring go straight to the engine loop: the request is queued there and its
     # tokens come back on this event loop (serving/engine/local.py), no thread per request.

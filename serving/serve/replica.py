@@ -114,17 +114,18 @@ class ModelReplica:
         """Chat messages through the checkpoint's chat template (None when it has none)."""
         return render_chat_template(self.engine.tokenizer, messages)
 
-    def restore_context(self, context_id: str, tenant: str, text: str | None = None) -> RestoreResult:
+    def restore_context(self, context_id: str, tenant: str, text: str | None = None, on_chunk=None) -> RestoreResult:
         """Put back a stored context's missing pages and blobs (see ``serving/serve/restore.py``)."""
-        return restore_context(self, context_id, tenant, text)
+        return restore_context(self, context_id, tenant, text, on_chunk)
 
     # ------------------------------------------------------------------ prefill
     def prefill_context(
-        self, context_id: str, tenant: str, doc: TokenizedDoc, progress: bool = True, extra: dict | None = None
+        self, context_id: str, tenant: str, doc: TokenizedDoc, progress: bool = True, extra: dict | None = None,
+        on_chunk=None,
     ) -> PrefillResult:
         """Prefill once and publish pages + directory entry; idempotent for an existing context."""
         if self.store is None:
-            return self.engine.prefill(context_id, doc, progress=progress)
+            return self.engine.prefill(context_id, doc, progress=progress, on_chunk=on_chunk)
         from agentctx.kv_store import ContextNotFoundError, ContextRecord
 
         try:
@@ -138,7 +139,7 @@ class ModelReplica:
         token_pages = [ids[i : i + P] for i in range(0, len(ids), P)]
         page_ids = self.store.page_hashes(self.engine.page_namespace, tenant, token_pages)
         reused = sum(self.store.has_pages(page_ids))
-        result = self.engine.prefill(context_id, doc, progress=progress)
+        result = self.engine.prefill(context_id, doc, progress=progress, on_chunk=on_chunk)
         num_tokens, pages, window = self.engine.export(context_id)
         self.store.put_pages(page_ids, pages)
         record = ContextRecord(

@@ -50,11 +50,12 @@ def _document_text(store, context_id: str, tenant: str) -> str:
         raise ContextLostError(context_id) from None
 
 
-def restore_context(replica, context_id: str, tenant: str, text: str | None = None) -> RestoreResult:
+def restore_context(replica, context_id: str, tenant: str, text: str | None = None, on_chunk=None) -> RestoreResult:
     """Make every page and blob of a stored context readable again; a no-op when nothing is missing.
 
     ``replica``: a ``ModelReplica`` bound to the store. ``text``: the document when the caller has
     it (a re-upload of the same text); it is also kept in the directory when it was not.
+    ``on_chunk(done, total)``: the re-prefill's progress, when there is one.
     """
     store = replica.store
     if store is None:
@@ -81,7 +82,7 @@ def restore_context(replica, context_id: str, tenant: str, text: str | None = No
     pages_put = 0
     if not all(have) or WINDOW_BLOB in lost:
         if not engine.holds(context_id):  # a replica that still caches it re-publishes without a prefill
-            engine.prefill(context_id, doc, progress=False)
+            engine.prefill(context_id, doc, progress=False, on_chunk=on_chunk)
             prefilled = True
         _, pages, window = engine.export(context_id)
         missing = [i for i, ok in enumerate(have) if not ok]

@@ -11,6 +11,7 @@ import time
 import openai
 import pytest
 
+from agentctx.runtime import context_id_for
 from agentctx.serving.tokenize import empty_document, render_chat_template
 from tests._stack import CONTRACT, KEY_A, KEY_B, running_stack, tiny_config
 from tests.factories import byte_tokenizer
@@ -176,6 +177,40 @@ def test_chat_without_a_context_reads_no_placeholder(oai, model):
     assert "(no document)" not in out.choices[0].message.content
 
 
+def test_the_no_document_context_is_not_listed_nor_answered(stack, oai, model):
+    # the issue: GET /v1/contexts listed a 1-token context never uploaded, and querying it was a 422
+    # "max() arg is an empty sequence". Tenant B uploads nothing and chats without a document.
+    b = stack.client(KEY_B)
+    b_oai = openai.OpenAI(base_url=stack.url + "/v1", api_key=KEY_B, max_retries=0, timeout=60)
+    b_oai.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert b.get("/v1/contexts").json()["data"] == []
+    hidden = context_id_for(model, "globex", "")
+    for r in (b.post(f"/v1/contexts/{hidden}/query", json={"question": "What?"}), b.get(f"/v1/contexts/{hidden}"),
+              b.post("/v1/pipelines/document_review/runs", json={"context_id": hidden})):
+        assert r.status_code == 404 and r.json()["error"]["code"] == "context_not_found", r.text
+    # it still serves its purpose
+    out = b_oai.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert out.model_extra["agentctx"]["context_tokens"] == 1
+
+
+def test_request_ids_paths_and_strict_flags(stack, a):
+    r = a.get("/v1/models")
+    assert len(r.headers.get_list("x-request-id")) == 1, r.headers  # was two, with different values
+    r = a.get("/v1/models", headers={"x-request-id": "trace-42"})
+    assert r.headers.get_list("x-request-id") == ["trace-42"]
+    anon = stack.client(None)
+    r = anon.get("/v1/no-such-route")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", r.text  # was 401
+    assert anon.get("/v1/contexts").status_code == 401
+    assert a.get("/v1/no-such-route").status_code == 404
+    assert a.put("/v1/contexts").status_code == 405
+    for flag in ("yes", 1, "true"):
+        r = a.post("/v1/contexts", json={"text": "A short agreement.", "async": flag})
+        assert r.status_code == 422 and r.json()["error"]["param"] == "async", r.text
+    r = a.post("/v1/contexts", files={"file": ("a.txt", b"A short agreement.")}, data={"async": "maybe"})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "async", r.text
+
+
 def test_chat_template_and_empty_document_units():
     tok = byte_tokenizer()
     assert empty_document(tok).token_ids == [tok.bos_token_id] and empty_document(tok).text == ""
@@ -215,6 +250,33 @@ def test_model_by_id_and_pipeline_runs_list_and_cancel(stack, a, cid, model):
     assert a.get("/v1/pipelines/document_review/runs?limit=0").status_code == 422
 
 
+# ------------------------------------------------------------------------------ issue 29: long calls
+def test_prefill_streams_its_progress_and_only_a_stall_fails_it(stack):
+    from agentctx.serving.serve.client import ServeReplicaClient
+    from agentctx.serving.serve.progress import StalledError
+
+    rt = stack.rt
+    assert isinstance(rt.client, ServeReplicaClient)  # through Serve: the replica streams the events
+    seen = []
+    ctx, res = rt.load_context(CONTRACT + "\n7. Notices. By email, progress run.", "acme", on_progress=seen.append)
+    ctx.close()
+    assert res.prefilled and len(seen) >= 4  # 32-token chunks
+    assert [p.done for p in seen] == sorted(p.done for p in seen) and seen[-1].done == seen[-1].total == res.num_tokens
+    assert all(p.tokens_per_s > 0 for p in seen)
+
+    # A deadline shorter than one chunk: the call fails as stalled, naming the setting; the same
+    # upload then loads (whether the abandoned prefill had published its pages is not promised).
+    text = CONTRACT + "\n8. Stall. A document whose caller gives up."
+    impatient = ServeReplicaClient(rt.client.handle, timeout_s=60, stall_s=1e-4)
+    doc = rt.client.tokenize_document(text)
+    cid = context_id_for(rt.client.info()["model_id"], "acme", text)
+    with pytest.raises(StalledError, match="stall_timeout_s"):
+        impatient.prefill_context(cid, "acme", doc)
+    ctx, res = rt.load_context(text, "acme")
+    ctx.close()
+    assert res.context_id == cid
+
+
 # ------------------------------------------------------------------------------ 9: metrics
 def test_operator_metrics(stack, a, cid):
     assert a.post(f"/v1/contexts/{cid}/query", json={"question": "Notice?", "max_new_tokens": 6}).status_code == 200
@@ -225,6 +287,10 @@ def test_operator_metrics(stack, a, cid):
                  "agentctx_kv_store_bytes ", "agentctx_kv_store_budget_bytes ", "agentctx_kv_store_evictions_total ",
                  'agentctx_pipeline_runs{state="succeeded"}'):
         assert name in text, name
+    # one HELP/TYPE per family (a second one makes Prometheus' parser reject the whole page)
+    typed = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert len(typed) == len(set(typed)), sorted(n for n in typed if typed.count(n) > 1)
+    assert "agentctx_replica_scheduler_running{" in text and "agentctx_replica_scheduler_waiting{" in text
     store_bytes = float(next(x for x in text.splitlines() if x.startswith("agentctx_kv_store_bytes ")).split()[1])
     assert store_bytes > 0
 

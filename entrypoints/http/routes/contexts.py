@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 from agentctx.entrypoints.http.body import bool_field, check_id, parse_multipart, read_body, read_json
 from agentctx.entrypoints.http.errors import APIError, unwrap
 from agentctx.entrypoints.http.jobs import Job, LoadPayload
-from agentctx.entrypoints.http.service import ApiService, service_of, tenant_of, wait
+from agentctx.entrypoints.http.service import EMPTY_DOCUMENT, ApiService, service_of, tenant_of, wait
 from agentctx.entrypoints.schemas import CONTEXT_ID_RE, ContextResponse, CreateContextRequest
 from agentctx.kv_store.doc_blob import DOC_BLOB
 from agentctx.kv_store.errors import ContextNotFoundError
@@ -27,8 +27,9 @@ ASYNC_LOAD_CHARS = 200_000  # larger uploads always load in the background (202)
 
 
 def context_body(svc: ApiService, cid: str, rec=None, res=None, status: str = "ready", error: str | None = None,
-                 holders: int | None = None) -> dict:
-    out = ContextResponse(id=cid, status=status, status_url=f"/v1/contexts/{cid}", holders=holders)
+                 holders: int | None = None, progress: dict | None = None) -> dict:
+    out = ContextResponse(id=cid, status=status, status_url=f"/v1/contexts/{cid}", holders=holders,
+                          progress=progress)
     if rec is not None:
         out.model, out.num_tokens, out.num_pages = rec.model_id, rec.num_tokens, len(rec.page_ids)
         out.page_size = (rec.extra or {}).get("page_size")
@@ -107,14 +108,17 @@ async def create_context(request: Request):
 async def list_contexts(request: Request):
     svc = service_of(request)
     rt = await svc.call(svc.runtime)
-    ids = await svc.call(rt.store.list_contexts, tenant_of(request))
-    return {"object": "list", "data": [{"id": c, "object": "context"} for c in ids]}
+    tenant = tenant_of(request)
+    ids = await svc.call(rt.store.list_contexts, tenant)
+    hidden = context_id_for(await svc.model_id(), tenant, EMPTY_DOCUMENT)  # the built-in no-document one
+    return {"object": "list", "data": [{"id": c, "object": "context"} for c in ids if c != hidden]}
 
 
 @router.get("/v1/contexts/{context_id}")
 async def get_context(context_id: str, request: Request):
     svc, tenant = service_of(request), tenant_of(request)
     check_id(context_id, CONTEXT_ID_RE, "context_id")
+    await svc.check_user_context(context_id, tenant)
     rt = await svc.call(svc.runtime)
     try:
         rec = await svc.call(rt.store.get_record, context_id, tenant)
@@ -125,13 +129,14 @@ async def get_context(context_id: str, request: Request):
         if job is None or job.status == "succeeded":
             raise
         status = "failed" if job.status == "failed" else "loading"
-        return context_body(svc, context_id, status=status, error=job.error)
+        return context_body(svc, context_id, status=status, error=job.error, progress=job.progress)
 
 
 @router.delete("/v1/contexts/{context_id}")
 async def delete_context(context_id: str, request: Request):
     svc, tenant = service_of(request), tenant_of(request)
     check_id(context_id, CONTEXT_ID_RE, "context_id")
+    await svc.check_user_context(context_id, tenant)
     rt = await svc.call(svc.runtime)
     await svc.call(rt.delete_context, context_id, tenant)
     svc.forget_empty(context_id=context_id)

@@ -96,6 +96,7 @@ async def start_run(name: str, request: Request):
                        param="name")
     body: PipelineRunRequest = await read_json(request, PipelineRunRequest, svc.body_limit)
     check_id(body.context_id, CONTEXT_ID_RE, "context_id")
+    await svc.check_user_context(body.context_id, tenant)
     spec, is_review = resolve_pipeline(name, body, svc.cfg)
     rt = await svc.call(svc.runtime)
     await svc.call(rt.store.get_record, body.context_id, tenant)  # 404 unless the tenant's own

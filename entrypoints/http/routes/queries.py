@@ -26,6 +26,7 @@ async def query(context_id: str, request: Request):
     body: QueryRequest = await read_json(request, QueryRequest, svc.body_limit)
     svc.check_max_tokens(body.max_new_tokens, "max_new_tokens")
     policy = svc.policy_for(body.dense, body.budget_fraction, body.top_k_pages)
+    await svc.check_user_context(context_id, tenant)
     ctx = await svc.attach(context_id, tenant)
     handed_off = False
     try:
