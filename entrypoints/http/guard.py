@@ -41,7 +41,8 @@ class Guard:
         # Behind Ray Serve's proxy the request already carries an id (the client's, or one the proxy
         # made) and the proxy echoes it on the response: adopt it and add no second header. Hosted
         # any other way, make one and echo it.
-        given = Headers(scope=scope).get("x-request-id")
+        headers = Headers(scope=scope)
+        given = headers.get("x-request-id")
         rid = given if given and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         echo = not given
         state = {"status": 0, "started": False}
@@ -50,13 +51,12 @@ class Guard:
             if message["type"] == "http.response.start":
                 state["started"], state["status"] = True, message["status"]
                 if echo:
-                    headers = list(message.get("headers", [])) + [(b"x-request-id", rid.encode())]
-                    message = dict(message, headers=headers)
+                    sent = list(message.get("headers", [])) + [(b"x-request-id", rid.encode())]
+                    message = dict(message, headers=sent)
             await send(message)
 
         svc.metrics.in_flight.inc()
         try:
-            headers = Headers(scope=scope)
             tenant = DEFAULT_TENANT
             if not _known_path(scope):
                 # Before auth: a path no route serves is a 404 to anyone, as a client that typed

@@ -158,10 +158,14 @@ class ApiService:
             if t == tenant or c == context_id:
                 self._empty.pop(t, None)
 
+    async def empty_context_id(self, tenant: str) -> str:
+        """The id of the tenant's built-in no-document context (whether loaded or not)."""
+        return context_id_for(await self.model_id(), tenant, EMPTY_DOCUMENT)
+
     async def check_user_context(self, context_id: str, tenant: str) -> None:
         """The tenant's built-in no-document context is not a context the user uploaded: the
         context routes neither list it nor answer for it (404, as for any unknown id)."""
-        if context_id == context_id_for(await self.model_id(), tenant, EMPTY_DOCUMENT):
+        if context_id == await self.empty_context_id(tenant):
             raise ContextNotFoundError(context_id)
 
     async def empty_context(self, tenant: str) -> str:

@@ -7,10 +7,9 @@ cluster (Serve handle, picklable into Ray actors).
 
 from __future__ import annotations
 
-import time
 from typing import Protocol
 
-from agentctx.serving.serve.progress import Progress, ProgressCallback, follow
+from agentctx.serving.serve.progress import ProgressCallback, chunk_reporter, follow
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ReplicaAPI", "LocalReplicaClient", "ServeReplicaClient"]
@@ -58,11 +57,7 @@ class LocalReplicaClient:
 
 
 def _reporter(on_progress: ProgressCallback | None):
-    """``on_chunk(done, total)`` for an in-process replica, reporting ``Progress`` objects."""
-    if on_progress is None:
-        return None
-    t0 = time.monotonic()
-    return lambda done, total: on_progress(Progress(done, total, time.monotonic() - t0))
+    return None if on_progress is None else chunk_reporter(on_progress)
 
 
 class ServeReplicaClient:

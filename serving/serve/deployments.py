@@ -11,7 +11,7 @@ from agentctx.serving.config import ReplicaConfig
 from agentctx.serving.serve.load import LoadMeter
 from agentctx.serving.serve.progress import aevents
 from agentctx.serving.serve.restore import RestoreResult
-from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
+from agentctx.serving.types import GenerateRequest, GenerateResult, ScoreRequest, TokenizedDoc
 
 __all__ = ["ModelReplicaDeployment", "replica_app", "deploy_replicas", "deployment_options", "REPLICA_APP"]
 
@@ -55,11 +55,6 @@ class ModelReplicaDeployment:
 
     async def render_chat(self, messages: list[dict]) -> str | None:
         return self.replica.render_chat(messages)
-
-    async def prefill_context(self, context_id: str, tenant: str, doc: TokenizedDoc, extra: dict | None = None
-                              ) -> PrefillResult:
-        await self._touch()
-        return await asyncio.to_thread(self.replica.prefill_context, context_id, tenant, doc, False, extra)
 
     async def prefill_context_events(self, context_id: str, tenant: str, doc: TokenizedDoc,
                                      extra: dict | None = None):

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Progress", "ProgressCallback", "StalledError", "aevents", "follow"]
+__all__ = ["Progress", "ProgressCallback", "StalledError", "aevents", "chunk_reporter", "follow"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,13 @@ class Progress:
 ProgressCallback = Callable[[Progress], None]
 
 
+def chunk_reporter(on_progress: ProgressCallback) -> Callable[[int, int], None]:
+    """The ``on_chunk(done, total)`` an engine calls, turned into timed :class:`Progress` reports
+    (elapsed from now)."""
+    t0 = time.monotonic()
+    return lambda done, total: on_progress(Progress(done, total, time.monotonic() - t0))
+
+
 class StalledError(TimeoutError):
     """A long model call sent no progress for its stall deadline."""
 
@@ -58,11 +65,7 @@ async def aevents(run: Callable[[Callable[[int, int], None]], Any]) -> AsyncIter
     prefill still publishes its pages is not tested yet."""
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
-    t0 = time.monotonic()
-
-    def on_chunk(done: int, total: int) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, Progress(done, total, time.monotonic() - t0))
-
+    on_chunk = chunk_reporter(lambda p: loop.call_soon_threadsafe(events.put_nowait, p))
     # Both the progress events and the thread's completion reach the loop through
     # call_soon_threadsafe, so every Progress is queued before the end.
     work = asyncio.ensure_future(asyncio.to_thread(run, on_chunk))

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 from agentctx.entrypoints.http.body import bool_field, check_id, parse_multipart, read_body, read_json
 from agentctx.entrypoints.http.errors import APIError, unwrap
 from agentctx.entrypoints.http.jobs import Job, LoadPayload
-from agentctx.entrypoints.http.service import EMPTY_DOCUMENT, ApiService, service_of, tenant_of, wait
+from agentctx.entrypoints.http.service import ApiService, service_of, tenant_of, wait
 from agentctx.entrypoints.schemas import CONTEXT_ID_RE, ContextResponse, CreateContextRequest
 from agentctx.kv_store.doc_blob import DOC_BLOB
 from agentctx.kv_store.errors import ContextNotFoundError
@@ -110,7 +110,7 @@ async def list_contexts(request: Request):
     rt = await svc.call(svc.runtime)
     tenant = tenant_of(request)
     ids = await svc.call(rt.store.list_contexts, tenant)
-    hidden = context_id_for(await svc.model_id(), tenant, EMPTY_DOCUMENT)  # the built-in no-document one
+    hidden = await svc.empty_context_id(tenant)  # the built-in no-document context
     return {"object": "list", "data": [{"id": c, "object": "context"} for c in ids if c != hidden]}
 
 
