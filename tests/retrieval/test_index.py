@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -94,17 +96,27 @@ def test_k_larger_than_pages_and_empty():
         HierarchicalIndex(np.zeros((0, 4), np.float32), np.zeros(0))
 
 
-def _blas_thread_counts() -> list[int]:
+def _numpy_blas_thread_counts() -> list[int]:
+    """Thread counts of the BLAS libraries numpy links (loaded before any test runs). Other
+    BLAS copies loaded later (faiss', torch's) are not numpy's and are left alone."""
     from threadpoolctl import threadpool_info
 
-    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    numpy_dir = os.path.dirname(np.__file__) + ".libs"
+    return [
+        lib["num_threads"]
+        for lib in threadpool_info()
+        if lib["user_api"] == "blas" and lib["filepath"].startswith(numpy_dir)
+    ]
 
 
 def test_blas_threads_are_pinned_for_the_call_and_restored():
-    before = _blas_thread_counts()
+    import faiss  # noqa: F401  - a second BLAS in the process must not confuse the pin
+
+    before = _numpy_blas_thread_counts()
+    assert before, "numpy's BLAS not found"
     with index_module._blas_threads(1):
-        assert _blas_thread_counts() == [1] * len(before)
-    assert _blas_thread_counts() == before
+        assert _numpy_blas_thread_counts() == [1] * len(before)
+    assert _numpy_blas_thread_counts() == before
 
 
 @pytest.fixture
