@@ -1,0 +1,112 @@
+"""Documents inside one text: file headers, agreement openings, titles confirmed by what follows."""
+
+from __future__ import annotations
+
+import gzip
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from agentctx.retrieval.documents import join_documents, split_documents
+
+ROOT = Path(__file__).resolve().parents[2]
+DEV = sorted((ROOT / "bench" / "devsets" / "contracts").glob("*.txt"))
+
+SUPPLY = """SUPPLY AGREEMENT
+
+This Supply Agreement (the "Agreement") is entered into as of March 3, 2025 by and between Northwind
+Parts Ltd. ("Supplier") and Harbor Tools Inc. ("Buyer").
+
+1. Supply. Supplier will deliver the Products listed in each purchase order.
+
+2. Payment. Buyer will pay each invoice within 45 days of receipt.
+
+3. Term. This Agreement begins on the Effective Date and lasts two years.
+
+IN WITNESS WHEREOF, the parties have executed this Agreement as of the date first written above.
+
+By: ______________________
+"""
+
+AMENDMENT = """AMENDMENT NO. 1 TO SUPPLY AGREEMENT
+
+This Amendment No. 1 (the "Amendment") is made on June 1, 2025 between Northwind Parts Ltd. and Harbor
+Tools Inc.
+
+1. Payment. Section 2 of the Agreement is replaced: Buyer will pay each invoice within 30 days.
+
+2. Effect. Except as amended here, the Agreement remains in force.
+"""
+
+SERVICES = """Professional Services Terms
+
+1. Services. Consultant will perform the services described in each statement of work.
+
+2. Fees. Client will pay the fees stated in the statement of work within 30 days of invoice.
+
+3. Governing Law. These terms are governed by the laws of the State of Oregon.
+"""
+
+
+def test_file_headers_decide_and_tile_the_text():
+    text = join_documents([("supply.txt", SUPPLY), ("amendment.txt", AMENDMENT), ("services.txt", SERVICES)])
+    parts = split_documents(text)
+    assert [p.name for p in parts] == ["supply.txt", "amendment.txt", "services.txt"]
+    assert all(p.how == "header" for p in parts)
+    assert parts[0].start == 0 and parts[-1].end == len(text)
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+    assert "Tools Inc." in text[parts[1].start:parts[1].end] and "Oregon" in text[parts[2].start:parts[2].end]
+
+
+def test_a_case_file_without_headers_is_split_at_each_agreement():
+    text = "Case file index\n\n" + SUPPLY + "\n\n" + AMENDMENT + "\n\n" + SERVICES
+    parts = split_documents(text)
+    assert [p.name for p in parts] == ["SUPPLY AGREEMENT", "AMENDMENT NO. 1 TO SUPPLY AGREEMENT",
+                                       "Professional Services Terms"]
+    assert parts[0].start == 0  # the index before the first agreement goes with it
+    assert text[parts[1].start:].startswith("AMENDMENT NO. 1") and text[parts[2].start:].startswith("Professional")
+
+
+def test_one_agreement_with_restated_parties_and_an_unnumbered_heading_stays_whole():
+    recital = ("\n\nWHEREAS, this Agreement is made between Supplier and Buyer to set out their terms.\n\n"
+               "Payment Terms\n\n1. Buyer will pay in euros.\n")
+    text = SUPPLY.replace("IN WITNESS", recital + "\nIN WITNESS")
+    parts = split_documents(text)
+    assert len(parts) == 1 and parts[0].how == "opening" or parts[0].how == "whole"
+    assert (parts[0].start, parts[0].end) == (0, len(text))
+
+
+def test_join_refuses_nothing():
+    with pytest.raises(ValueError):
+        join_documents([])
+
+
+@pytest.mark.parametrize("path", DEV, ids=lambda p: p.stem)
+def test_each_dev_document_is_one_document(path):
+    assert len(split_documents(path.read_text())) == 1
+
+
+def test_dev_documents_joined_inside_real_filler_come_apart():
+    """Real licences with a title (all dev documents but one) inside real technical text (GNU manuals):
+    each lands in a part of its own, and no part boundary cuts a document."""
+    filler = gzip.open(ROOT / "bench/devsets/selection/sources/gnu-manuals.txt.gz", "rt").read()
+    docs = [p.read_text() for p in DEV if p.stem != "python_cwi_license"]  # no title, no preamble: not findable
+    rng = random.Random(7)
+    for _ in range(6):
+        text, spans = "", []
+        for doc in rng.sample(docs, 4):
+            while True:
+                a = rng.randrange(0, len(filler) - 20000)
+                chunk = filler[a:a + rng.randrange(1000, 20000)]
+                if not re.search(r"licen[cs]e|agreement", chunk, re.I):
+                    break
+            text += chunk + "\n\n"
+            spans.append((len(text), len(text) + len(doc.strip())))
+            text += doc.strip() + "\n\n"
+        parts = split_documents(text)
+        for s, e in spans:
+            own = [p for p in parts if p.holds(s + 100)][0]
+            assert sum(own.holds(s2 + 100) for s2, _ in spans) == 1
+            assert not [p for p in parts if s + 200 < p.start < e - 50]
