@@ -16,6 +16,8 @@ Severity = Literal["low", "medium", "high"]
 
 class SectionSummary(BaseModel):
     section: int = Field(ge=0)
+    document: int | None = Field(None, ge=0, description="The document of a case file it belongs to "
+                                                         "(index into the report's documents); None: one document")
     pages: list[int]
     summary: str = Field(description="The section's key sentences, whole, as in the source")
     citation: Citation
@@ -25,6 +27,8 @@ class SectionSummary(BaseModel):
 
 class ClauseFinding(BaseModel):
     kind: str
+    document: int | None = Field(None, ge=0, description="The document of a case file it belongs to "
+                                                         "(index into the report's documents); None: one document")
     present: bool
     quote: str = ""
     citation: Citation | None = None
@@ -62,6 +66,8 @@ class SeverityField(BaseModel):
 
 class RiskFinding(RiskFields):
     clause_kind: str
+    document: int | None = Field(None, ge=0, description="The document of a case file it belongs to "
+                                                         "(index into the report's documents); None: one document")
     citation: Citation | None = None
     severity_probs: dict[str, float] = Field(
         default_factory=dict, description="The model's probability of each severity, normalised over the "
@@ -77,6 +83,7 @@ class RiskAssessment(BaseModel):
     """The risk assessor's output for one clause kind: every rule that fired (maybe none)."""
 
     clause_kind: str
+    document: int | None = Field(None, ge=0)
     risks: list[RiskFinding] = Field(default_factory=list)
 
 

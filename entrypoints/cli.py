@@ -1,4 +1,4 @@
-"""Command line: ``agentctx review FILE``, ``agentctx serve``, ``agentctx prepare-model``."""
+"""Command line: ``agentctx review FILE [FILE ...]``, ``agentctx serve``, ``agentctx prepare-model``."""
 
 from __future__ import annotations
 
@@ -61,7 +61,11 @@ def cmd_review(args) -> int:
     from agentctx.pipelines.report import report_summary_line
     from agentctx.runtime import Runtime
 
-    text = _read_document(args.file)
+    files = args.file or [str(SAMPLE_CONTRACT)]
+    names = [Path(f).name for f in files]
+    if len(set(names)) < len(names):  # the report names each document by its file name
+        names = [str(Path(f)) for f in files]
+    docs = [(name, _read_document(f)) for name, f in zip(names, files, strict=True)]  # all read before any work
     cfg = _config(args)
     kinds = tuple(k.strip() for k in args.clauses.split(",")) if args.clauses else None
     if kinds:  # checked before anything starts
@@ -72,9 +76,14 @@ def cmd_review(args) -> int:
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from None
     with Runtime.start(cfg) as rt:
-        report = run_review(rt, text, source=Path(args.file).name, tenant=args.tenant, dense=args.dense,
-                            out_dir=args.out, **({"clause_kinds": kinds} if kinds else {}))
+        report = run_review(rt, docs if len(docs) > 1 else docs[0][1], source=", ".join(names),
+                            tenant=args.tenant, dense=args.dense, out_dir=args.out,
+                            **({"clause_kinds": kinds} if kinds else {}))
+    shown = None
     for c in report.clauses:
+        if c.document is not None and c.document != shown:
+            shown = c.document
+            print(f"document {c.document + 1}: {report.documents[c.document].name}")
         if c.present and c.citation:
             status = "verified" if c.verified else "UNVERIFIED"
             print(f"  {c.kind:16s} {status:10s} [{c.section}] \"{' '.join(c.citation.quote.split())}\"")
@@ -83,7 +92,8 @@ def cmd_review(args) -> int:
     for r in report.risks:
         p = r.severity_probs.get(r.model_severity, 0) if r.model_severity else 0
         m = f" (model: {r.model_severity} p={p:.2f})" if r.model_severity else ""
-        print(f"  risk {r.clause_kind:16s} {r.severity:6s} {r.rule}: {r.rationale}{m}")
+        where = f" [{report.documents[r.document].name}]" if r.document is not None else ""
+        print(f"  risk {r.clause_kind:16s} {r.severity:6s} {r.rule}{where}: {r.rationale}{m}")
     for n in report.notes:
         print(f"note: {n}")
     print(report_summary_line(report))
@@ -127,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("review", help="review a document: summary, clauses, risks (JSON + HTML)")
-    r.add_argument("file", nargs="?", default=str(SAMPLE_CONTRACT), help="UTF-8 text file (default: bundled sample)")
+    r.add_argument("file", nargs="*", help="UTF-8 text file(s) (default: the bundled sample); several files are "
+                                          "one case file: one context, each document reviewed apart")
     r.add_argument("--model", help="local HF checkpoint dir or .gguf file (default: embedded Gemma 3 270M)")
     r.add_argument("--tokenizer", help=_TOKENIZER_HELP)
     r.add_argument("--out", default="out/review", help="output dir for report.json / report.html")

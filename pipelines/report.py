@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from pydantic import BaseModel, Field, model_serializer
 
@@ -11,9 +12,11 @@ from agentctx.agents.risk_rules import no_liability_cap
 from agentctx.context import ContextInfo
 from agentctx.findings import ClauseFinding, RiskAssessment, RiskFinding, SectionSummary
 from agentctx.pipelines.runner import PipelineResult
+from agentctx.retrieval.documents import DocumentPart
 from agentctx.retrieval.structure import DocumentStructure
 
-__all__ = ["ReviewDocument", "ReviewReport", "build_report", "severity_note", "report_summary_line"]
+__all__ = ["ReviewDocument", "CaseDocument", "ReviewReport", "build_report", "severity_note", "report_summary_line",
+           "cross_document_notes"]
 
 
 class ReviewDocument(BaseModel):
@@ -39,8 +42,24 @@ class ReviewDocument(BaseModel):
                    page_size=info.page_size, **details)
 
 
+class CaseDocument(BaseModel):
+    """One document of a case file, as the review found it (retrieval.documents)."""
+
+    index: int = Field(ge=0)
+    name: str = Field(description="Its title, or the file name it was loaded from")
+    char_start: int = Field(ge=0)
+    char_end: int = Field(ge=0)
+    how: str = Field(description="How its start was found: header (a file of a joined upload), opening "
+                                 "(its title or preamble), whole")
+    clauses_found: int = 0
+    clauses_not_found: list[str] = Field(default_factory=list)
+    risks: int = 0
+
+
 class ReviewReport(BaseModel):
     document: ReviewDocument
+    documents: list[CaseDocument] = Field(default_factory=list, description="A case file's documents, each "
+                                          "reviewed apart (findings carry its index); empty for one document")
     sections: list[dict] = Field(default_factory=list, description="The section tree: number, title, level, "
                                                                    "span, parent (retrieval.structure.Section)")
     summary: list[SectionSummary] = Field(default_factory=list)
@@ -75,6 +94,41 @@ def severity_note(risks: list[RiskFinding]) -> str | None:
             f"tell the clauses apart, so treat it as unranked and read each clause")
 
 
+_LAW = re.compile(r"\blaws?\s+of\s+(?:the\s+)?(?:(?:State|Commonwealth|Province|Republic)\s+of\s+)?"
+                  r"(?P<law>[A-Z][\w.]*(?:\s+(?:and\s+)?[A-Z][\w.]*){0,4})")
+
+
+def governing_law_of(quote: str) -> str | None:
+    """The jurisdiction a governing-law sentence names ("the laws of the State of Delaware")."""
+    m = _LAW.search(" ".join(quote.split()))
+    return m["law"].strip(" .") if m else None
+
+
+def cross_document_notes(documents: list[CaseDocument], clauses: list[ClauseFinding]) -> list[str]:
+    """What a reader of a case file should see across its documents: different governing laws,
+    and the kinds some documents have and others lack."""
+    if len(documents) < 2:
+        return []
+    notes = []
+    laws: dict[str, list[str]] = {}
+    for c in clauses:
+        if c.kind == "governing_law" and c.present and c.document is not None:
+            law = governing_law_of(c.quote)
+            if law:
+                laws.setdefault(law, []).append(documents[c.document].name)
+    if len(laws) > 1:
+        notes.append("the documents are governed by different laws: " + "; ".join(
+            f"{law} ({', '.join(names)})" for law, names in laws.items()))
+    for kind in ("liability_cap", "governing_law", "termination"):
+        lacking = [documents[c.document].name for c in clauses
+                   if c.kind == kind and not c.present and c.document is not None]
+        having = [c for c in clauses if c.kind == kind and c.present and c.document is not None]
+        if lacking and having:
+            notes.append(f"{kind.replace('_', ' ')} found in {len(having)} of {len(documents)} documents; "
+                         f"not in: {', '.join(lacking)}")
+    return notes
+
+
 def _risks(outputs: list[dict]) -> list[RiskFinding]:
     out = []
     for o in outputs:
@@ -85,30 +139,46 @@ def _risks(outputs: list[dict]) -> list[RiskFinding]:
     return out
 
 
+def _by_document(items: list, document: int | None) -> list:
+    return [x for x in items if x.document == document]
+
+
 def build_report(result: PipelineResult, replica_info: dict, *, text: str | None = None, cite=None,
-                 structure: DocumentStructure | None = None, **document) -> ReviewReport:
+                 structure: DocumentStructure | None = None, documents: list[DocumentPart] | None = None,
+                 **document) -> ReviewReport:
     """The report of a review pipeline's result; ``document``: details beyond the context's own
-    (see :class:`ReviewDocument`). With ``text`` and ``cite(start, end) -> Citation``, a sentence
-    cited for two kinds that it does not both carry is resolved (the weaker kind falls back or
-    is not found), and a missing limitation of liability becomes a risk of its own."""
+    (see :class:`ReviewDocument`); ``documents``: a case file's documents (findings carry their
+    index). With ``text`` and ``cite(start, end) -> Citation``, a sentence cited for two kinds that
+    it does not both carry is resolved (the weaker kind falls back or is not found), and a missing
+    limitation of liability becomes a risk of its own, each within its document."""
     steps = result.steps
     summary = [SectionSummary.model_validate(o) for o in result.outputs("summarize")] if "summarize" in steps else []
     clauses = [ClauseFinding.model_validate(o) for o in result.outputs("clauses")]
+    doc_ids = sorted({c.document for c in clauses}, key=lambda d: -1 if d is None else d)
     if text is not None and cite is not None:
-        clauses = resolve_finding_conflicts(clauses, text, cite)
+        clauses = [c for d in doc_ids for c in resolve_finding_conflicts(_by_document(clauses, d), text, cite)]
     risks = _risks(result.outputs("risks"))
-    cap = next((c for c in clauses if c.kind == "liability_cap"), None)
-    if cap is not None and not cap.present and not any(r.clause_kind == "liability_cap" for r in risks):
-        hit = no_liability_cap(", ".join(cap.searched.get("sections_with_matching_headings", [])[:3]))
-        risks.append(RiskFinding(severity=hit.severity, rationale=hit.rationale, recommendation=hit.recommendation,
-                                 clause_kind=hit.kind, rule=hit.rule))
+    for d in doc_ids:
+        cap = next((c for c in _by_document(clauses, d) if c.kind == "liability_cap"), None)
+        if cap is not None and not cap.present and not any(r.clause_kind == "liability_cap"
+                                                           for r in _by_document(risks, d)):
+            hit = no_liability_cap(", ".join(cap.searched.get("sections_with_matching_headings", [])[:3]))
+            risks.append(RiskFinding(severity=hit.severity, rationale=hit.rationale,
+                                     recommendation=hit.recommendation, clause_kind=hit.kind, rule=hit.rule,
+                                     document=d))
+    risks.sort(key=lambda r: -1 if r.document is None else r.document)  # stable: each document's own order
+    cases = [CaseDocument(index=p.index, name=p.name, char_start=p.start, char_end=p.end, how=p.how,
+                          clauses_found=sum(c.present for c in _by_document(clauses, p.index)),
+                          clauses_not_found=[c.kind for c in _by_document(clauses, p.index) if not c.present],
+                          risks=len(_by_document(risks, p.index)))
+             for p in documents or []]
     calls = sum(s.stats.get("calls", 0) for s in steps.values())
     attended = sum(s.stats.get("attended_tokens", 0) for s in steps.values())
     context = sum(s.stats.get("context_tokens", 0) for s in steps.values())
     report = ReviewReport(document=ReviewDocument.of(result.context, **document), summary=summary, clauses=clauses,
                           risks=risks, sections=structure.to_dicts() if structure is not None else [],
-                          errors=[f"{n}: {e}" for n, s in steps.items() for e in s.errors],
-                          notes=[n for n in (severity_note(risks),) if n])
+                          errors=[f"{n}: {e}" for n, s in steps.items() for e in s.errors], documents=cases,
+                          notes=[n for n in (severity_note(risks),) if n] + cross_document_notes(cases, clauses))
     report.stats = {
         "pipeline_s": round(result.seconds, 2),
         "step_s": {n: round(s.seconds, 2) for n, s in steps.items()},

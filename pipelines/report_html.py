@@ -17,15 +17,18 @@ __all__ = ["render_html", "cited_spans"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:0;display:flex;height:100vh}
-#findings{width:44%;overflow:auto;padding:1em;border-right:1px solid #ccc}
+#findings{width:44%;overflow:auto;padding:1em;border-right:1px solid #ccc;box-sizing:border-box}
 #source{flex:1;overflow:auto;padding:1em;white-space:pre-wrap;font-family:Georgia,serif;line-height:1.5}
-mark{background:#fff3a8} mark.risk{background:#ffd8a8} mark.summary{background:#e3f0ff}
+mark{background:#fff08a} mark.risk{background:#ffc38a} mark.summary{background:none;border-bottom:2px dotted #7aa7e0}
 mark.unverified{background:#ffd0d0} mark:target{background:#ffb300;outline:2px solid #b36b00}
 .sev-high{color:#b00020;font-weight:bold}.sev-medium{color:#b36b00}.sev-low{color:#2e7d32}
 .card{border:1px solid #ddd;border-radius:6px;padding:.5em .8em;margin:.5em 0}
-.card.absent{background:#f6f6f6}
+.card.absent{background:#f6f6f6} .card.risk{border-left:4px solid #ffc38a} .card.note{background:#fffbe6}
 .muted{color:#777;font-size:.9em} table{border-collapse:collapse} td,th{padding:2px 8px;vertical-align:top;
-text-align:left} table.run td{border-bottom:1px solid #eee} code{font-size:.85em}
+text-align:left} table.run td,table.docs td{border-bottom:1px solid #eee} code{font-size:.85em}
+section{border-top:2px solid #ccc;margin-top:1em} .key mark{padding:0 .3em}
+@media (max-width:800px){body{display:block;height:auto}#findings{width:100%;border-right:none}
+#source{border-top:2px solid #ccc}}
 """
 
 
@@ -103,58 +106,99 @@ def _searched(c) -> str:
     return "; ".join(parts)
 
 
-def render_html(report: ReviewReport, text: str) -> str:
+_RUN_LABELS = {"total_s": "total time (s)", "pipeline_s": "review time (s)", "step_s": "time per step (s)",
+               "model_calls": "model calls", "effective_context_utilization": "share of the document attended",
+               "clauses_found": "clauses found", "clauses_not_found": "clauses not found",
+               "model_choices": "model's choices among close candidates", "risks_by_rule": "risks by rule",
+               "verified_citation_share": "citations verified against the source",
+               "prefills_on_replica": "document prefills on the replica", "replica": "model replica"}
+
+
+def _clause_card(c, i: int) -> str:
     e = html.escape
-    doc = report.document
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Review: {e(str(doc.source))}"
-             f"</title><style>{_CSS}</style></head><body><div id='findings'>",
-             f"<h1>Review of {e(str(doc.source))}</h1>",
-             f"<p class='muted'>{doc.num_tokens} tokens, {doc.num_pages} pages, "
-             f"{len(report.sections)} sections, attention: {e(str(doc.attention))}</p>"]
-    parts.append("<h2>Clauses</h2>")
-    for i, c in enumerate(report.clauses):
-        if not c.present:
-            note = f"<br><span class='muted'>{e(c.note)}</span>" if c.note else ""
-            parts.append(f"<div class='card absent' id='finding-{i}'><b>{e(c.kind)}</b>: <i>not found</i>{note}"
-                         f"<br><span class='muted'>Searched: {_searched(c)}</span></div>")
-            continue
-        badge = "verified" if c.verified else "unverified quote"
-        how = {"model": "the model's scores moved the pick", "rules": "best-scored candidate"}.get(
-            c.chosen_by, c.chosen_by)
-        if c.model_agrees is not None:
-            how += "; the model " + ("agreed" if c.model_agrees else "preferred another candidate")
-        where = f"{e(c.section)}, " if c.section else ""
-        quote = " ".join(c.citation.quote.split())
-        parts.append(f"<div class='card' id='finding-{i}'><b>{e(c.kind)}</b> <span class='muted'>({where}page "
-                     f"{c.citation.page}, {badge}; {e(how)})</span><br><a href='#clause-{i}'>&ldquo;{e(quote)}"
-                     f"&rdquo;</a></div>")
-    parts.append("<h2>Risks</h2><p class='muted'>Severity is set by the named rule; the model's severity "
-                 "probabilities are a secondary signal.</p>")
-    parts.extend(f"<div class='card muted'>Note: {e(n)}</div>" for n in report.notes)
-    for i, r in enumerate(report.risks):
-        ev = (f"<a href='#risk-{i}'>evidence</a>" if r.citation is not None else "<span class='muted'>no evidence "
-              "span: about something missing</span>")
-        more = "".join(f" <a href='#risk-{i}-{j + 1}'>[{j + 2}]</a>" for j in range(len(r.other_evidence)))
-        model = ""
-        if r.severity_probs:
-            probs = ", ".join(f"{k} {v:.2f}" for k, v in r.severity_probs.items())
-            top = r.model_severity or max(r.severity_probs, key=r.severity_probs.get)
-            model = f"<br><span class='muted'>model's severity (secondary): {e(top)} ({probs})</span>"
-        parts.append(f"<div class='card'><b>{e(r.clause_kind)}</b> &middot; <code>{e(r.rule or 'model')}</code>: "
-                     f"<span class='sev-{r.severity}'>{r.severity}</span> &middot; {ev}{more}<br>{e(r.rationale)}<br>"
-                     f"<i>Recommendation:</i> {e(r.recommendation)}{model}</div>")
-    if report.summary:
-        parts.append("<h2>Summary by section</h2><ol>")
-        for i, s in enumerate(report.summary):
+    if not c.present:
+        note = f"<br><span class='muted'>{e(c.note)}</span>" if c.note else ""
+        return (f"<div class='card absent' id='finding-{i}'><b>{e(c.kind)}</b>: <i>not found</i>{note}"
+                f"<br><span class='muted'>Searched: {_searched(c)}</span></div>")
+    badge = "verified" if c.verified else "unverified quote"
+    how = {"model": "the model's scores moved the pick", "rules": "best-scored candidate"}.get(c.chosen_by, c.chosen_by)
+    if c.model_agrees is not None:
+        how += "; the model " + ("agreed" if c.model_agrees else "preferred another candidate")
+    where = f"{e(c.section)}, " if c.section else ""
+    quote = " ".join(c.citation.quote.split())
+    return (f"<div class='card' id='finding-{i}'><b>{e(c.kind)}</b> <span class='muted'>({where}page "
+            f"{c.citation.page}, {badge}; {e(how)})</span><br><a href='#clause-{i}'>&ldquo;{e(quote)}"
+            f"&rdquo;</a></div>")
+
+
+def _risk_card(r, i: int) -> str:
+    e = html.escape
+    ev = (f"<a href='#risk-{i}'>evidence</a>" if r.citation is not None else "<span class='muted'>no evidence "
+          "span: about something missing</span>")
+    more = "".join(f" <a href='#risk-{i}-{j + 1}'>[{j + 2}]</a>" for j in range(len(r.other_evidence)))
+    model = ""
+    if r.severity_probs:
+        probs = ", ".join(f"{k} {v:.2f}" for k, v in r.severity_probs.items())
+        top = r.model_severity or max(r.severity_probs, key=r.severity_probs.get)
+        model = f"<br><span class='muted'>model's severity (secondary): {e(top)} ({probs})</span>"
+    return (f"<div class='card risk' id='finding-risk-{i}'><b>{e(r.clause_kind)}</b> &middot; "
+            f"<code>{e(r.rule or 'model')}</code>: <span class='sev-{r.severity}'>{r.severity}</span> &middot; "
+            f"{ev}{more}<br>{e(r.rationale)}<br><i>Recommendation:</i> {e(r.recommendation)}{model}</div>")
+
+
+def _findings(report: ReviewReport, document: int | None, level: str) -> list[str]:
+    """Clause, risk and summary sections of one document (or of the whole text)."""
+    e = html.escape
+    out = [f"<{level}>Clauses</{level}>"]
+    out += [_clause_card(c, i) for i, c in enumerate(report.clauses) if c.document == document]
+    risks = [(i, r) for i, r in enumerate(report.risks) if r.document == document]
+    out.append(f"<{level}>Risks</{level}>")
+    out += [_risk_card(r, i) for i, r in risks] or ["<p class='muted'>No rule fired.</p>"]
+    summary = [(i, s) for i, s in enumerate(report.summary) if s.document == document]
+    if summary:
+        out.append(f"<details><summary>Summary by section ({len(summary)})</summary><ol>")
+        for i, s in summary:
             sents = " ".join(f"<a href='#summary-{i}-{j}'>{e(' '.join(k.quote.split()))}</a>"
                              for j, k in enumerate(s.key_sentences)) or e(s.summary) or "<i>(no summary)</i>"
             title = f"<b>{e(s.title)}</b>: " if s.title else ""
-            parts.append(f"<li>{title}{sents}</li>")
-        parts.append("</ol>")
-    parts.append("<h2>Run</h2><table class='run'>")
+            out.append(f"<li>{title}{sents}</li>")
+        out.append("</ol></details>")
+    return out
+
+
+def render_html(report: ReviewReport, text: str) -> str:
+    e = html.escape
+    doc = report.document
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' "
+             f"content='width=device-width,initial-scale=1'><title>Review: {e(str(doc.source))}"
+             f"</title><style>{_CSS}</style></head><body><div id='findings'>",
+             f"<h1>Review of {e(str(doc.source))}</h1>",
+             f"<p class='muted'>{doc.num_tokens} tokens, {doc.num_pages} pages, "
+             f"{len(report.documents) or 1} document(s), attention: {e(str(doc.attention))}. "
+             f"<span class='key'><mark>clause</mark> <mark class='risk'>risk</mark> "
+             f"<mark class='summary'>summary</mark></span></p>"]
+    parts.extend(f"<div class='card note'>Note: {e(n)}</div>" for n in report.notes)
+    if report.documents:
+        parts.append("<h2>Documents</h2><table class='docs'><tr><th>document</th><th>clauses found</th>"
+                     "<th>risks</th></tr>")
+        for d in report.documents:
+            if d.how == "other":
+                parts.append(f"<tr class='muted'><td>{e(d.name)} (characters {d.char_start}-{d.char_end})</td>"
+                             f"<td colspan='2'>not an agreement: not reviewed</td></tr>")
+                continue
+            parts.append(f"<tr><td><a href='#doc-{d.index}'>{e(d.name)}</a></td><td>{d.clauses_found} of "
+                         f"{d.clauses_found + len(d.clauses_not_found)}</td><td>{d.risks}</td></tr>")
+        parts.append("</table>")
+        for d in (d for d in report.documents if d.how != "other"):
+            parts.append(f"<section id='doc-{d.index}'><h2>{d.index + 1}. {e(d.name)}</h2>")
+            parts += _findings(report, d.index, "h3")
+            parts.append("</section>")
+    else:
+        parts += _findings(report, None, "h2")
+    parts.append("<details><summary>Run details</summary><table class='run'>")
     for k, v in report.stats.items():
-        parts.append(f"<tr><th>{e(str(k))}</th><td>{_value(v)}</td></tr>")
-    parts.append("</table>")
+        parts.append(f"<tr><th>{e(_RUN_LABELS.get(k, k.replace('_', ' ')))}</th><td>{_value(v)}</td></tr>")
+    parts.append("</table></details>")
     if report.errors:
         parts.append("<h2>Errors</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in report.errors) + "</ul>")
     parts.append(f"</div><div id='source'>{_highlight(text, cited_spans(report))}</div></body></html>")

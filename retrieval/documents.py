@@ -21,12 +21,16 @@ character span of the original text; the spans tile the text.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .sentences import blocks
+from .structure import DocumentStructure, parse_structure, structure_of
 
-__all__ = ["DocumentPart", "split_documents", "join_documents", "document_header"]
+__all__ = ["DocumentPart", "split_documents", "join_documents", "document_header", "documents_of",
+           "document_structure"]
 
 _HEADER = re.compile(r"(?m)^=== Document (?P<n>\d+): (?P<name>[^\n]{1,200}?) ===[ \t]*$")
 # An agreement's opening sentence: "This [Title] Agreement / Amendment / ... [("Agreement")] is
@@ -75,12 +79,23 @@ _TITLE_LOOKBACK = 3  # title blocks above an opening that belong to its document
 _TITLE_GAP = 600  # characters between a title block and the opening
 
 
+# Words of legal drafting; a block with two of them reads as part of an instrument. Text before
+# the first document that has none and is longer than ``_LEAD_CHARS`` (a cover letter, technical
+# material filed ahead) is "other", not reviewed. Text after a document stays with it: an
+# instrument's last pages (an appendix, a notice form) often read as plain prose.
+_LEGAL_WORDS = re.compile(r"\b(?:shall|hereby|herein|hereunder|hereto|hereof|thereof|whereas|licens(?:or|ee)s?|"
+                          r"agreements?|part(?:y|ies)|warrant(?:y|ies)|liab(?:le|ility)|indemni\w*|governed|"
+                          r"jurisdiction|breach|pursuant|notwithstanding)\b", re.I)
+_LEAD_CHARS = 1500
+
+
 @dataclass(frozen=True, slots=True)
 class DocumentPart:
     """One document of a text: ``text[start:end]``, named as a reader names it.
 
     ``how``: "header" (a file header of :func:`join_documents`), "opening" (an agreement's
-    preamble and its title) or "whole" (the text is one document)."""
+    preamble and its title), "whole" (the text is one document) or "other" (text between
+    documents that does not read as an instrument: not reviewed)."""
 
     index: int
     name: str
@@ -90,6 +105,10 @@ class DocumentPart:
 
     def holds(self, offset: int) -> bool:
         return self.start <= offset < self.end
+
+    @property
+    def reviewed(self) -> bool:
+        return self.how != "other"
 
 
 def document_header(n: int, name: str) -> str:
@@ -195,6 +214,57 @@ def split_documents(text: str) -> list[DocumentPart]:
         starts.append((start, name))
     if len(starts) < 2:
         return [DocumentPart(0, starts[0][1] if starts else "document", 0, len(text), "whole")]
-    starts[0] = (0, starts[0][1])  # a cover page or index before the first agreement belongs to it
-    return [DocumentPart(i, name, s, starts[i + 1][0] if i + 1 < len(starts) else len(text), "opening")
-            for i, (s, name) in enumerate(starts)]
+    spans = []
+    first = starts[0][0]
+    if first <= _LEAD_CHARS or _legal_block(text, bl, 0, first):
+        starts[0] = (0, starts[0][1])  # a cover page or an index before the first agreement belongs to it
+    else:
+        spans.append((0, first, "other text", "other"))
+    for i, (s, name) in enumerate(starts):
+        spans.append((s, starts[i + 1][0] if i + 1 < len(starts) else len(text), name, "opening"))
+    return [DocumentPart(i, name, s, e, how) for i, (s, e, name, how) in enumerate(spans)]
+
+
+def _legal_block(text: str, bl, start: int, end: int) -> bool:
+    """Whether a block in ``[start, end)`` has two distinct words of legal drafting."""
+    for b in bl:
+        if b.start >= end:
+            return False
+        if b.start >= start and len({m.group(0).lower() for m in _LEGAL_WORDS.finditer(text, b.start, b.end)}) >= 2:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=4)
+def _split_cached(digest: str, text: str) -> tuple[DocumentPart, ...]:
+    return tuple(split_documents(text))
+
+
+def documents_of(text: str) -> tuple[DocumentPart, ...]:
+    """:func:`split_documents`, cached per text (every agent of a review asks for the same split)."""
+    return _split_cached(hashlib.sha256(text.encode()).hexdigest(), text)
+
+
+def _shift(st: DocumentStructure, text: str, off: int) -> DocumentStructure:
+    sections = tuple(replace(s, start=s.start + off, body_start=s.body_start + off, end=s.end + off)
+                     for s in st.sections)
+    units = tuple(replace(u, start=u.start + off, end=u.end + off) for u in st.units)
+    terms = tuple(replace(t, start=t.start + off, end=t.end + off) for t in st.terms)
+    preamble = (st.preamble[0] + off, st.preamble[1] + off) if st.preamble else None
+    return DocumentStructure(text, sections, units, terms, preamble, st.title)
+
+
+@functools.lru_cache(maxsize=32)
+def _part_cached(digest: str, text: str, start: int, end: int) -> DocumentStructure:
+    return _shift(parse_structure(text[start:end]), text, start)
+
+
+def document_structure(text: str, part: DocumentPart | None) -> DocumentStructure:
+    """The structure of one document of ``text``, parsed on its own (its numbering restarts
+    do not nest it under the previous agreement) but with every span an offset of ``text``,
+    so citations, rules and page lookups read the whole text unchanged. ``None``, or a part
+    that is the whole text: :func:`structure_of` of the text."""
+    if part is None or (part.start == 0 and part.end == len(text)):
+        return structure_of(text)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return _part_cached(digest, text, part.start, part.end)

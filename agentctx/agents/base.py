@@ -47,6 +47,8 @@ class AgentTask(BaseModel):
     char_start: int | None = Field(None, ge=0, description="over='sections': where the section starts in the text")
     char_end: int | None = Field(None, ge=0, description="over='sections': where the section ends in the text")
     clause: str | None = Field(None, description="Clause kind to extract (clause_extractor)")
+    document: int | None = Field(None, ge=0, description="Which document of a case file the task is about "
+                                                         "(retrieval.documents); None: the whole text")
     question: str | None = Field(None, description="Question to answer (qa)")
     input: dict[str, Any] | None = Field(None, description="over='step:<name>': one output of that step")
     inputs: dict[str, list[dict[str, Any]]] = Field(

@@ -30,11 +30,12 @@ from agentctx.agents.section_summary import key_sentences
 from agentctx.agents.taxonomy import CLAUSE_TAXONOMY, ClauseKind
 from agentctx.citations import Citation
 from agentctx.findings import ClauseFinding, RiskAssessment, RiskFinding, SectionSummary, SeverityField
-from agentctx.retrieval.structure import DocumentStructure, structure_of
+from agentctx.retrieval.documents import document_structure, documents_of
+from agentctx.retrieval.structure import DocumentStructure
 from agentctx.structured import fill_fields
 
 __all__ = ["extract_clause", "assess_risks", "summarize_section", "span_citation", "MODEL_MARGIN", "MAX_OPTIONS",
-           "kind_scope", "plan_for", "clause_question", "risk_prompt"]
+           "kind_scope", "task_structure", "plan_for", "clause_question", "risk_prompt"]
 
 MODEL_MARGIN = 0.5  # candidates this close to the best go to the model
 MAX_OPTIONS = 3
@@ -51,6 +52,17 @@ def span_citation(ctx, start: int, end: int) -> Citation:
     page = ctx.page_of_char(start)
     return Citation(page=page, page_id=ctx.page_ids[page], char_start=start, char_end=end,
                     quote=ctx.text[start:end], verified=True)
+
+
+def task_structure(ctx, document: int | None) -> DocumentStructure:
+    """The structure a task reads: one document of a case file (parsed on its own, offsets of
+    the whole text), or the whole text when ``document`` is None."""
+    if document is None:
+        return document_structure(ctx.text, None)
+    parts = documents_of(ctx.text)
+    if document >= len(parts):
+        raise ValueError(f"document {document} is out of range: the context holds {len(parts)} document(s)")
+    return document_structure(ctx.text, parts[document])
 
 
 def plan_for(ctx, query: str, policy=None):
@@ -88,7 +100,7 @@ def clause_question(kind: ClauseKind) -> str:
 
 def extract_clause(agent, ctx, task: AgentTask) -> ClauseFinding:
     kind = CLAUSE_TAXONOMY[task.need("clause", agent.role)]
-    st = structure_of(ctx.text)
+    st = task_structure(ctx, task.document)
     ranking = plan_for(ctx, kind.query, agent.spec.policy)  # retrieval's view, in both attention modes
     top_pages = _retrieved_pages(ranking, 2)
     boost = {u.start: RETRIEVAL_BONUS for u in st.units if ctx.page_of_char(u.start) in top_pages}
@@ -103,7 +115,8 @@ def extract_clause(agent, ctx, task: AgentTask) -> ClauseFinding:
                f"the best evidence ({best.section_name}) scores {best.score:.2f}, below {dec.threshold:.2f}"
                if best.score < dec.threshold else
                f"the best candidate ({best.section_name}) matches by heading only")
-        return ClauseFinding(kind=kind.kind, present=False, utilization=util, threshold=dec.threshold,
+        return ClauseFinding(kind=kind.kind, document=task.document, present=False, utilization=util,
+                             threshold=dec.threshold,
                              score=best.score if best else None, candidates=shown, searched=searched,
                              note=f"not found: {why}")
     close = [c for c in dec.candidates if c.score >= best.score - MODEL_MARGIN
@@ -125,7 +138,7 @@ def extract_clause(agent, ctx, task: AgentTask) -> ClauseFinding:
         chosen_by = "model" if m != 0 else "rules"
         shown = [dict(c.to_dict(), model_score=round(s, 4)) for c, s in zip(close, scores, strict=True)] + \
             [c.to_dict() for c in dec.candidates[len(close):MAX_OPTIONS]]
-    return ClauseFinding(kind=kind.kind, present=True, quote=ctx.text[pick.start:pick.end],
+    return ClauseFinding(kind=kind.kind, document=task.document, present=True, quote=ctx.text[pick.start:pick.end],
                          citation=span_citation(ctx, pick.start, pick.end), utilization=util,
                          section=pick.section_name, score=pick.score, threshold=dec.threshold,
                          chosen_by=chosen_by, model_agrees=model_agrees, candidates=shown, searched=searched)
@@ -178,7 +191,7 @@ def model_severity(agent, ctx, kind: str, quote: str) -> tuple[str | None, dict[
 
 def assess_risks(agent, ctx, task: AgentTask) -> RiskAssessment:
     clause = ClauseFinding.model_validate(task.need("input", agent.role))
-    st = structure_of(ctx.text)
+    st = task_structure(ctx, clause.document)
     start = clause.citation.char_start if clause.citation else None
     own = None
     if start is not None:
@@ -192,15 +205,16 @@ def assess_risks(agent, ctx, task: AgentTask) -> RiskAssessment:
         cit = span_citation(ctx, h.start, h.end) if h.start is not None else None
         sev, probs = model_severity(agent, ctx, clause.kind, normalize(ctx.text[h.start:h.end]) if cit else "")
         risks.append(RiskFinding(severity=h.severity, rationale=h.rationale, recommendation=h.recommendation,
-                                 clause_kind=clause.kind, citation=cit, severity_probs=probs, rule=h.rule,
+                                 clause_kind=clause.kind, document=clause.document, citation=cit,
+                                 severity_probs=probs, rule=h.rule,
                                  model_severity=sev, facts=h.facts,
                                  other_evidence=[span_citation(ctx, o.start, o.end) for o in group[1:]
                                                  if o.start is not None]))
-    return RiskAssessment(clause_kind=clause.kind, risks=risks)
+    return RiskAssessment(clause_kind=clause.kind, document=clause.document, risks=risks)
 
 
 def summarize_section(agent, ctx, task: AgentTask) -> SectionSummary:
-    st = structure_of(ctx.text)
+    st = task_structure(ctx, task.document)
     if task.char_start is not None and task.char_end is not None:
         start, end = task.char_start, task.char_end
         pages = sorted({ctx.page_of_char(start), ctx.page_of_char(max(start, end - 1))})
@@ -212,5 +226,6 @@ def summarize_section(agent, ctx, task: AgentTask) -> SectionSummary:
     cits = [span_citation(ctx, a, b) for a, b in spans]
     summary = " ".join(normalize(ctx.text[a:b]) for a, b in spans)
     first = cits[0] if cits else span_citation(ctx, start, max(start, min(end, start + 1)))
-    return SectionSummary(section=task.section, pages=pages, summary=summary, citation=first,
+    return SectionSummary(section=task.section, document=task.document, pages=pages, summary=summary,
+                          citation=first,
                           title=task.title or "", key_sentences=cits)

@@ -16,6 +16,7 @@ from agentctx.config import AgentctxConfig
 from agentctx.pipelines.document_review import run_review
 from agentctx.pipelines.dsl import Pipeline
 from agentctx.pipelines.runner import PipelineRunner
+from agentctx.retrieval.documents import join_documents
 from agentctx.runtime import Runtime
 from tests.factories import make_tiny_checkpoint
 
@@ -111,3 +112,36 @@ def test_review_writes_json_and_html(runtime, tmp_path):
     assert "<mark id=\"clause-" in html or not any(c.present for c in report.clauses)
     holders = runtime.store.holders(report.document.context_id)
     assert holders == {}  # the review released its reference
+
+
+def _agreement(title: str, law: str, days: int) -> str:
+    return (f"{title}\n\nThis {title.title()} (the \"Agreement\") is entered into by and between Alder Ltd. "
+            f"(\"Supplier\") and Birch Inc. (\"Customer\").\n\n"
+            f"1. Payment. Customer will pay each invoice within {days} days of receipt.\n\n"
+            f"2. Termination. Either party may terminate this Agreement on {days} days' written notice.\n\n"
+            f"3. Governing Law. This Agreement is governed by the laws of the State of {law}.\n")
+
+
+def test_case_file_review_reviews_each_document_apart(runtime, tmp_path):
+    """Two files joined into one context (one prefill): each finding cites its own document, each
+    document reports its own clauses and risks, and the different governing laws are noted."""
+    docs = [("supply.txt", _agreement("SUPPLY AGREEMENT", "Oregon", 45)),
+            ("services.txt", _agreement("SERVICES AGREEMENT", "Vermont", 30))]
+    report = run_review(runtime, docs, tenant="t4", out_dir=tmp_path, progress=False,
+                        clause_kinds=("payment", "termination", "governing_law"))
+    assert [d.name for d in report.documents] == ["supply.txt", "services.txt"]
+    assert report.stats["prefills_on_replica"] >= 1
+    assert sorted((c.document, c.kind) for c in report.clauses) == [
+        (d, k) for d in (0, 1) for k in ("governing_law", "payment", "termination")]
+    text = join_documents(docs)  # the joined text is what the citations index
+    for c in report.clauses:
+        assert c.present and c.verified
+        doc = report.documents[c.document]
+        assert doc.char_start <= c.citation.char_start and c.citation.char_end <= doc.char_end
+        assert text[c.citation.char_start:c.citation.char_end] == c.quote
+    laws = {c.document: c.quote for c in report.clauses if c.kind == "governing_law"}
+    assert "Oregon" in laws[0] and "Vermont" in laws[1]
+    assert any("different laws" in n and "Oregon" in n and "Vermont" in n for n in report.notes)
+    assert all(r.document in (0, 1) for r in report.risks)
+    html = (tmp_path / "report.html").read_text()
+    assert "<section id='doc-0'>" in html and "<section id='doc-1'>" in html

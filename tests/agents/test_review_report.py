@@ -75,10 +75,11 @@ def _report() -> ReviewReport:
 
 def test_run_table_is_a_table_not_python_dicts():
     html = render_html(_report(), TEXT)
-    run = html[html.index("<h2>Run</h2>"):]
+    run = html[html.index("<summary>Run details</summary>"):]
     assert "{'" not in run and "{&#x27;" not in run
-    assert "<tr><th>step_s</th><td><table><tr><td>clauses</td><td>1.0</td></tr>" in run
-    assert "<th>clauses_not_found</th><td>payment</td>" in run
+    assert "<tr><th>time per step (s)</th><td><table><tr><td>clauses</td><td>1.0</td></tr>" in run
+    assert "<th>clauses not found</th><td>payment</td>" in run
+    assert "pipeline_s" not in run and "step_s" not in run  # plain-language labels, not raw keys
 
 
 def test_every_link_lands_on_a_highlighted_span_of_its_quote():

@@ -110,3 +110,12 @@ def test_dev_documents_joined_inside_real_filler_come_apart():
             own = [p for p in parts if p.holds(s + 100)][0]
             assert sum(own.holds(s2 + 100) for s2, _ in spans) == 1
             assert not [p for p in parts if s + 200 < p.start < e - 50]
+
+
+def test_plain_text_before_the_first_agreement_is_other_text():
+    lead = "Build notes for the archive.\n\n" + "The tool reads each input file and prints a summary line.\n\n" * 40
+    text = lead + SUPPLY + "\n\n" + SERVICES
+    parts = split_documents(text)
+    assert [p.how for p in parts] == ["other", "opening", "opening"]
+    assert not parts[0].reviewed and parts[1].reviewed
+    assert text[parts[1].start:].startswith("SUPPLY AGREEMENT")

@@ -1,0 +1,138 @@
+"""Case files: several real agreements inside real filler text, reviewed per document.
+
+A case file is built from the labelled dev documents (bench/devsets/contracts and the shared
+dev set): ``--agreements`` of them, each after a stretch of real technical text (GNU manuals,
+bench/devsets/selection/sources; stretches naming a licence or agreement are skipped), in a
+seeded order. Each case file is reviewed three ways, rules only (structure + lexicon, no model:
+the review's clause decisions without retrieval's small bonus), seconds in all:
+
+* ``one``: the whole file as one agreement (the review before case files): one finding per kind;
+* ``split``: the documents found in the text (retrieval.documents), each reviewed apart;
+* ``headers``: the same agreements joined as files (``agentctx review a.txt b.txt``): exact
+  boundaries from the file headers, no filler.
+
+Scored per labelled agreement with the dev set's rule (bench/devsets/contracts/score.py: a
+finding is correct when half its span lies in the kind's labelled section): correct, wrong,
+missed, false positives on absent kinds, and the share of findings whose citation lies inside
+the agreement it is reported for.
+
+    python bench/bench_casefile.py                      # 8 case files of 4 agreements
+    python bench/bench_casefile.py --files 20 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agentctx.agents import CLAUSE_KINDS  # noqa: E402
+from agentctx.agents.clause_candidates import rules_only  # noqa: E402
+from agentctx.retrieval.documents import document_structure, join_documents, split_documents  # noqa: E402
+from agentctx.retrieval.structure import parse_structure  # noqa: E402
+from bench.bench_review import SCORE, documents  # noqa: E402
+
+FILLER = ROOT / "bench" / "devsets" / "selection" / "sources" / "gnu-manuals.txt.gz"
+_LEGAL = re.compile(r"licen[cs]e|agreement", re.I)
+
+
+def build_case_file(rng: random.Random, docs: dict[str, str], filler: str, n: int,
+                    filler_chars: tuple[int, int]) -> tuple[str, list[tuple[str, int, int]]]:
+    """(text, [(doc, start, end)]): ``n`` dev documents, each after a stretch of real filler."""
+    text, spans = "", []
+    for name in rng.sample(sorted(docs), n):
+        while True:
+            a = rng.randrange(0, len(filler) - filler_chars[1])
+            chunk = filler[a:a + rng.randrange(*filler_chars)]
+            if not _LEGAL.search(chunk):
+                break
+        text += chunk.strip() + "\n\n"
+        body = docs[name].strip()
+        spans.append((name, len(text), len(text) + len(body)))
+        text += body + "\n\n"
+    return text, spans
+
+
+def _findings(st, kinds) -> list[tuple[str, int, int]]:
+    return [(k, c.start, c.end) for k, c in rules_only(st, kinds).items() if c is not None]
+
+
+def review(text: str, mode: str) -> list[tuple[int | None, str, int, int]]:
+    """(document index or None, kind, start, end) of each finding."""
+    if mode == "one":
+        return [(None, k, s, e) for k, s, e in _findings(parse_structure(text), CLAUSE_KINDS)]
+    parts = split_documents(text)
+    return [(p.index, k, s, e) for p in parts for k, s, e in _findings(document_structure(text, p), CLAUSE_KINDS)]
+
+
+def score_case(text: str, spans, labels: dict, mode: str) -> dict:
+    found = review(text, mode)
+    parts = split_documents(text) if mode != "one" else []
+    totals = {"correct": 0, "wrong": 0, "miss": 0, "false_positive": 0, "inside": 0, "cited": 0}
+    for name, s, e in spans:
+        if mode == "one":
+            mine = [(k, a, b) for _, k, a, b in found if s <= a < e]
+        else:
+            own = next(p.index for p in parts if p.holds(s + 100))
+            mine = [(k, a, b) for d, k, a, b in found if d == own]
+        totals["cited"] += len(mine)
+        totals["inside"] += sum(s <= a and b <= e for _, a, b in mine)
+        report = {"clauses": [{"kind": k, "present": any(k == kk for kk, _, _ in mine),
+                               "citation": next(({"char_start": a - s, "char_end": b - s}
+                                                 for kk, a, b in mine if kk == k), None)} for k in CLAUSE_KINDS]}
+        rows = SCORE.score_doc(labels[name], report)
+        for outcome in rows.values():
+            if outcome in totals:
+                totals[outcome] += 1
+    return totals
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--files", type=int, default=8, help="case files to build")
+    ap.add_argument("--agreements", type=int, default=4, help="agreements per case file")
+    ap.add_argument("--filler", type=int, nargs=2, default=(2000, 30000), metavar=("MIN", "MAX"),
+                    help="characters of filler before each agreement")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="write the totals here")
+    args = ap.parse_args(argv)
+    labels = SCORE.load_labels(SCORE.default_label_dirs(True))
+    docs = {n: p.read_text(encoding="utf-8") for n, p in documents().items() if n in labels}
+    filler = gzip.open(FILLER, "rt", encoding="utf-8").read()
+    rng = random.Random(args.seed)
+    out = {m: {"correct": 0, "wrong": 0, "miss": 0, "false_positive": 0, "inside": 0, "cited": 0}
+           for m in ("one", "split", "headers")}
+    for _ in range(args.files):
+        text, spans = build_case_file(rng, docs, filler, args.agreements, tuple(args.filler))
+        for mode in ("one", "split"):
+            for k, v in score_case(text, spans, labels, mode).items():
+                out[mode][k] += v
+        joined = join_documents([(n, docs[n]) for n, _, _ in spans])
+        jspans = []
+        for n, _, _ in spans:
+            at = joined.index(docs[n].strip())
+            jspans.append((n, at, at + len(docs[n].strip())))
+        for k, v in score_case(joined, jspans, labels, "headers").items():
+            out["headers"][k] += v
+    print(f"{args.files} case files x {args.agreements} agreements (seed {args.seed}), rules only")
+    print(f"{'mode':8s} {'correct':>8s} {'wrong':>6s} {'miss':>5s} {'fp':>4s} {'recall':>7s} {'inside':>7s}")
+    for mode, t in out.items():
+        scored = t["correct"] + t["wrong"] + t["miss"]
+        t["recall"] = round(t["correct"] / scored, 3) if scored else None
+        t["inside_share"] = round(t["inside"] / t["cited"], 3) if t["cited"] else None
+        print(f"{mode:8s} {t['correct']:8d} {t['wrong']:6d} {t['miss']:5d} {t['false_positive']:4d} "
+              f"{t['recall']!s:>7s} {t['inside_share']!s:>7s}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "totals": out}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
