@@ -136,6 +136,26 @@ def print_kind_table(report_dir: Path, docs: set[str], title: str) -> None:
               f"{m['correct_absent']} | {_f(m['precision'])} | {_f(m['recall'])} | {_f(m['fp_rate'])} |")
 
 
+def score_operative(report_dir: Path, docs: set[str]) -> dict:
+    """Sentence level: does the citation cover the operative sentence (bench/devsets/contracts/operative.json)?"""
+    labels = {d: v for d, v in SCORE.load_labels(SCORE.default_label_dirs(True)).items() if d in docs}
+    return SCORE.score_dir_operative(report_dir, labels, SCORE.load_operative())
+
+
+def print_operative_table(report_dir: Path, split: dict[str, set[str]], mode: str) -> None:
+    print(f"\n#### {mode}, sentence level (the operative sentence cited; operative.json)\n")
+    print("| kind | " + " | ".join(f"{h} operative / partial / related / miss" for h in split) + " |")
+    print("|---|" + "---:|" * len(split))
+    res = {h: score_operative(report_dir, docs) for h, docs in split.items()}
+    for name in list(res["all"]["per_kind"]) + ["**all kinds**"]:
+        cells = []
+        for h in split:
+            m = res[h]["total"] if name == "**all kinds**" else res[h]["per_kind"][name]
+            cells.append(f"{m['operative']} / {m['partial']} / {m['related']} / {m['miss']} "
+                         f"({_f(m['operative_rate'])})")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def model_choice_stats(report_dir: Path, docs: set[str]) -> dict:
     """Close calls (the model scored the candidates): how often its own pick (best option score)
     was right, against the rules' first candidate, and whether it agreed with the pick made."""
@@ -229,7 +249,9 @@ def main() -> int:
     for half in ("tuning", "check", "all"):
         print_kind_table(out / main_mode, split[half], f"{main_mode}, {half} half" if half != "all" else
                          f"{main_mode}, all documents")
+    print_operative_table(out / main_mode, split, main_mode)
     summary = {"tables": {m: table_rows(out / m, split) for m in modes},
+               "operative": {m: {h: score_operative(out / m, split[h])["total"] for h in split} for m in modes},
                "per_kind": {m: {h: score(out / m, split[h])["per_kind"] for h in split} for m in modes},
                "model_choices": {m: {h: model_choice_stats(out / m, split[h]) for h in split} for m in model_modes},
                "seconds": {f"{d}/{m}": v for (d, m), v in timing.items()}}

@@ -11,6 +11,10 @@ gets a score from three sources:
   (:mod:`.clause_lexicon`).
 * **position** (``parties`` only): the preamble, and definitions of the sides
   ("'Licensor' means ...", ``("Client")``).
+* **the operative sentence** (:mod:`.clause_operative`): inside a section that carries the
+  kind, the cap's amount outranks the damages waiver, the duty to pay the dispute clause, the
+  grounds for termination its effect, the chosen law the courts. This moves the ranking only;
+  the body score that decides "found" is the lexicon's.
 
 Retrieval adds ``RETRIEVAL_BONUS`` to the sentences of the pages the context's plan ranks
 first for the kind's query, so meaning that the lexicon misses still counts a little.
@@ -23,7 +27,10 @@ searched. Thresholds were set on the tuning half of the dev documents
 
 A quote is the operative sentence, whole, extended by the next sentences of the same
 paragraph that carry the same kind and by the previous one when it opens with a
-connective ("However, ..."); never a heading and never a clause number.
+connective ("However, ..."); a lead-in that ends with a colon ("Either party may terminate
+this Agreement:") is quoted with the list items that follow it, and a sentence cut by a line
+break into two blocks with its continuation. Never a heading; clause numbers only inside a
+quoted list.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 
 from agentctx.agents.clause_lexicon import LEXICON, PARTY_ROLES, body_evidence, normalize, title_matches
+from agentctx.agents.clause_operative import operative_adjustment
 from agentctx.retrieval.structure import DocumentStructure, Unit
 
 __all__ = ["Candidate", "KindDecision", "TITLE_WEIGHT", "THRESHOLDS", "RETRIEVAL_BONUS", "MIN_BODY",
@@ -47,6 +55,11 @@ _CONNECTIVE = re.compile(r"^(?:However|Notwithstanding\s+the\s+foregoing|In\s+(?
                          r"Otherwise|Accordingly|Therefore|Nevertheless|Furthermore|Moreover|Additionally|"
                          r"Such\s+\w+\s+(?:shall|will|may))\b")
 _MAX_QUOTE_CHARS = 1200
+_MAX_LIST_CHARS = 2000  # a lead-in with its items
+# What stands between two units when the second opens a list item: "(a)", "a.", "(ii)", "ii)", "1.", "1.2", "-".
+_ITEM_MARK = re.compile(r"^\s*(?:(?:\(?(?:[a-z]{1,2}|[ivxlc]{1,6}|\d{1,3}(?:\.\d{1,3})*)[.)]"
+                        r"|[-*\u2022\u2013\u2014])\s*)+$", re.I)
+_SENTENCE_END = re.compile(r"[.!?;:][\"'\u201d\u2019)\]*_]*\s*$")
 
 
 @dataclass(frozen=True)
@@ -123,7 +136,8 @@ def _party_bonus(st: DocumentStructure, unit: Unit, sentence: str) -> tuple[floa
 
 
 def score_unit(st: DocumentStructure, unit: Unit, kind: str) -> tuple[float, float, float, list[str]]:
-    """(score, title score, body score, evidence) of one sentence for one kind."""
+    """(score, title score, body score, evidence) of one sentence for one kind; the score
+    includes the operative-sentence adjustment (:func:`.clause_operative.operative_adjustment`)."""
     sentence = normalize(st.text[unit.start:unit.end])
     body, why = body_evidence(kind, sentence)
     if kind == "parties":
@@ -131,7 +145,8 @@ def score_unit(st: DocumentStructure, unit: Unit, kind: str) -> tuple[float, flo
         body += extra
         why += more
     title = _title_score(st, unit, kind)
-    return title + body, title, body, why
+    adjust, more = operative_adjustment(kind, sentence)
+    return title + body + adjust, title, body, why + more
 
 
 def _section_name(st: DocumentStructure, index: int | None) -> str:
@@ -140,19 +155,65 @@ def _section_name(st: DocumentStructure, index: int | None) -> str:
     return " > ".join(s.name for s in st.path(index))
 
 
+def _inside(st: DocumentStructure, item: Unit, lead_in: Unit) -> bool:
+    """Whether ``item`` belongs to ``lead_in``'s clause: its section or one nested in it (a "4." after
+    the lead-in "3. ... if:" and its items "a.", "b." is the next clause, not an item)."""
+    if lead_in.section is None or item.section == lead_in.section:
+        return True
+    return item.section is not None and any(s.index == lead_in.section for s in st.path(item.section))
+
+
+def _following(st: DocumentStructure, unit: Unit, start: int) -> int | None:
+    """The end of ``unit`` carried on over the next blocks when it is a lead-in (ends with a
+    colon: the list items after it) or a sentence cut by a block boundary (no final
+    punctuation: its continuation); None when it is neither."""
+    text = st.text
+    k = st.units.index(unit)
+    lead_in = text[unit.start:unit.end].rstrip().endswith(":")
+    if not lead_in and _SENTENCE_END.search(text[unit.start:unit.end]):
+        return None
+    end, in_item = unit.end, False
+    for prev, u in zip(st.units[k:], st.units[k + 1:], strict=False):
+        gap = text[prev.end:u.start]
+        if u.block != prev.block:
+            if _ITEM_MARK.match(gap) and _inside(st, u, unit):
+                in_item = True
+            elif not lead_in and u.block == prev.block + 1 and not in_item:
+                # a sentence cut in two blocks: take its continuation, then stop at its end
+                if u.end - start > _MAX_QUOTE_CHARS:
+                    break
+                end = u.end
+                if _SENTENCE_END.search(text[u.start:u.end]):
+                    break
+                continue
+            else:
+                break
+        elif not in_item:
+            break  # the lead-in's own paragraph goes on: no list follows
+        if not lead_in or u.end - start > _MAX_LIST_CHARS:
+            break
+        end = u.end
+    return end if end > unit.end else None
+
+
 def quote_span(st: DocumentStructure, unit: Unit, kind: str) -> tuple[int, int]:
-    """The operative sentence(s) around ``unit``: whole sentences of its paragraph only."""
+    """The operative sentence(s) around ``unit``: whole sentences of its paragraph, a lead-in
+    with the list items it introduces, a sentence with its continuation in the next block."""
     same = [u for u in st.units if u.block == unit.block]
     i = same.index(unit)
     start, end = unit.start, unit.end
     if i > 0 and _CONNECTIVE.match(st.text[unit.start:unit.end]):
         start = same[i - 1].start
+    carried = _following(st, unit, start)
+    if carried is not None:
+        return start, carried
     for u in same[i + 1:i + 3]:
         if u.end - start > _MAX_QUOTE_CHARS:
             break
-        strong, _ = body_evidence(kind, normalize(st.text[u.start:u.end]))
-        if strong < 1:
-            break
+        sentence = normalize(st.text[u.start:u.end])
+        strong, _ = body_evidence(kind, sentence)
+        if strong < 1 or operative_adjustment(kind, sentence)[0] < 0:
+            break  # not the kind, or a related provision ("In addition, ...", "Upon termination, ...")
         end = u.end
     return start, end
 
@@ -165,9 +226,12 @@ def draw_candidates(st: DocumentStructure, kind: str, *, boost: dict[int, float]
     threshold, min_body: the kind's thresholds (default ``THRESHOLDS[kind]``, ``MIN_BODY``; the bench
     sweeps them).
     """
+    floor = THRESHOLDS[kind] if threshold is None else threshold
     best_per_section: dict[object, Candidate] = {}
     for u in st.units:
         score, title, body, why = score_unit(st, u, kind)
+        if title + body >= floor > score:
+            score = floor  # a related provision ranks lower, but is not made "not found" by it
         if boost:
             extra = boost.get(u.start, 0.0)
             if extra:

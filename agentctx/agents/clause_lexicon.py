@@ -190,7 +190,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         title=_rx(r"\bgoverning\s+law\b", r"\bapplicable\s+law\b", r"\bchoice\s+of\s+law\b", r"\bjurisdiction\b",
                   r"\bvenue\b", r"\blitigation\b", r"\bchosen\s+courts\b"),
         strong=_weighted(
-            (r"\bgoverned\s+by\b[^.;]{0,80}\blaws?\b", 1.5),
+            (r"\bgoverned\s+(?:\w+\s+){0,3}by\b[^.;]{0,80}\blaws?\b", 1.5),  # "governed in all respects by"
             r"\bconstrued\b[^.;]{0,60}\b(?:in\s+accordance\s+with|under)\b[^.;]{0,40}\blaws?\b",
             r"\blaws?\s+of\s+(?:the\s+)?(?:state|commonwealth|republic|province|kingdom|united|federal|"
             r"england|france|germany|ireland|japan|india|singapore|switzerland|belgium|delaware|california|"

@@ -6,6 +6,11 @@ Usage: check_labels.py [DIR]      (DIR defaults to this script's folder)
 For every document in labels.json: the NAME.txt file must exist, every clause kind must have a label, and
 every labelled span (and each of its "also" spans) must lie inside the text and the text at char_start must
 begin with the label's "starts" string. Prints a docs x kinds table and the counts; exits 1 on any error.
+
+When DIR holds operative.json (the operative sentence of each present kind, see README), it is checked too,
+against the labels of DIR and of the shared dev set: every present kind has an operative label, every
+operative span (and each "also") begins with its "starts" and lies inside the kind's section span or one of
+its "also" spans.
 """
 import json
 import pathlib
@@ -69,9 +74,54 @@ def check(folder: pathlib.Path):
     return labels, table, errors
 
 
+def check_operative(path: pathlib.Path, label_dirs) -> tuple[int, list]:
+    """(number of operative spans, errors) of operative.json against the section labels of ``label_dirs``."""
+    operative = json.loads(path.read_text(encoding="utf-8"))
+    labels, texts = {}, {}
+    for d in label_dirs:
+        for doc, kinds in json.loads((d / "labels.json").read_text(encoding="utf-8")).items():
+            labels[doc], texts[doc] = kinds, (d / f"{doc}.txt").read_text(encoding="utf-8")
+    errors, n = [], 0
+    for doc, kinds in labels.items():
+        for kind, lab in kinds.items():
+            if isinstance(lab, dict) and kind not in operative.get(doc, {}):
+                errors.append(f"operative: {doc}/{kind} is present but has no operative label")
+    for doc, kinds in operative.items():
+        if doc not in labels:
+            errors.append(f"operative: {doc} has no section labels")
+            continue
+        for kind, op in kinds.items():
+            lab = labels[doc].get(kind)
+            if not isinstance(lab, dict):
+                errors.append(f"operative: {doc}/{kind} is labelled {lab!r}, not present")
+                continue
+            sections = [lab] + list(lab.get("also", []))
+            for i, span in enumerate([op] + list(op.get("also", []))):
+                where = f"operative: {doc}/{kind}" + (f"/also[{i - 1}]" if i else "")
+                errs = check_span(texts[doc], span, where, need_starts=True)
+                errors += errs
+                n += 1
+                if not errs and not any(s["char_start"] <= span["char_start"] and span["char_end"] <= s["char_end"]
+                                        for s in sections):
+                    errors.append(f"{where}: [{span['char_start']}, {span['char_end']}) lies outside the "
+                                  f"kind's section spans")
+    return n, errors
+
+
+def _label_dirs(folder: pathlib.Path) -> list:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import score  # the same search for the shared dev set as the scorer's
+
+    return [folder] + [d for d in score.default_label_dirs(with_shared=True)[1:] if d != folder]
+
+
 def main(argv):
     folder = pathlib.Path(argv[1]).resolve() if len(argv) > 1 else pathlib.Path(__file__).resolve().parent
     labels, table, errors = check(folder)
+    if (folder / "operative.json").exists():
+        n_op, op_errors = check_operative(folder / "operative.json", _label_dirs(folder))
+        errors += op_errors
+        print(f"operative.json: {n_op} operative spans checked")
     mark = {"present": "P", "absent": "-", "not scored": "n/s", "?": "??"}
     width = max([len(d) for d in table] + [8])
     print(f"{'document':{width}s} " + " ".join(f"{SHORT[k]:>4s}" for k in KINDS))

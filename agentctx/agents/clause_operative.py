@@ -1,0 +1,171 @@
+"""Which sentence of a clause is its operative one, and which are related provisions beside it.
+
+A section that carries a kind usually holds more than its operative sentence: a limitation of
+liability holds the cap and the waiver of consequential damages; a payment section the duty
+to pay and the handling of disputes, late fees and taxes; a termination section the grounds
+and the effect of termination; a governing-law section the law and the courts. The review
+cites one sentence, and the lawyer wants the operative one (docs/REVIEW.md, "The operative
+sentence of each kind"). Per kind:
+
+* ``core``: the language of the operative sentence itself (the cap's amount or formula,
+  "will pay ... within 30 days", "governed by the laws of", "will not use or disclose ...").
+  Each distinct pattern adds ``CORE_BONUS``, at most ``MAX_CORE``.
+* ``related``: the language of a neighbouring provision that is not it (the damages waiver,
+  payment disputes, "upon termination", the forum). One or more subtract ``RELATED_PENALTY``
+  once; with ``related_unless_core`` only when no core pattern is in the sentence (a law
+  sentence that also names the courts is still the law sentence).
+
+:func:`operative_adjustment` is added to a sentence's ranking score only: whether a kind is
+found at all still rests on its heading and operative language (:mod:`.clause_lexicon`), so a
+licence whose only liability clause is a damages waiver still reports that waiver.
+Patterns are drafting knowledge, read on the normalised sentence, case-insensitively.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["OperativeLexicon", "OPERATIVE", "CORE_BONUS", "MAX_CORE", "RELATED_PENALTY", "operative_adjustment"]
+
+CORE_BONUS = 0.75
+MAX_CORE = 1.5
+RELATED_PENALTY = 0.75
+
+
+def _rx(*patterns: str) -> tuple[re.Pattern, ...]:
+    return tuple(re.compile(p, re.I) for p in patterns)
+
+
+@dataclass(frozen=True)
+class OperativeLexicon:
+    kind: str
+    core: tuple[re.Pattern, ...] = ()
+    related: tuple[re.Pattern, ...] = ()
+    related_unless_core: bool = False
+
+
+_DAYS = r"\(?\d+\)?\s*(?:business\s+|calendar\s+|working\s+)?days?"
+_NUM_DAYS = rf"(?:[a-z]+(?:[\s-][a-z]+)?\s+)?{_DAYS}"  # "thirty (30) days", "30 days", "forty-five (45) days"
+_MONEY = r"(?:US\s?\$|\$|€|£|USD\s?\d|EUR\s?\d|\b\d[\d,.]*\s*(?:dollars|euros?|pounds)\b)"
+
+OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
+    OperativeLexicon(
+        "liability_cap",
+        core=_rx(
+            r"\bliab\w*\b[^.]{0,200}\b(?:shall|will|does|do|is|are|to)\s+not\s+exceed\b",
+            r"\bliab\w*\b[^.]{0,200}\bexceed\b",  # "in no event will X's total liability ... exceed"
+            r"(?<!not )\blimited\s+to\s+(?:the\s+)?(?:amount|fees|sums?|total|aggregate|greater|lesser|charges|"
+            r"price|(?:US\s?)?\$|€|£|\d)",
+            r"\b(?:greater|lesser)\s+of\b",
+            r"\bamounts?\s+(?:actually\s+)?(?:paid|payable|received)\b|\bfees\s+(?:actually\s+)?(?:paid|payable)\b",
+            r"\b(?:preceding|prior|previous)\s+(?:\w+\s+)?(?:\(?\d+\)?\s+)?months\b",
+            _MONEY,
+        ),
+        related=_rx(
+            r"\b(?:indirect|incidental|special|consequential|exemplary|punitive)\b[^.]{0,80}\bdamages\b",
+            r"\blost\s+(?:profits|revenues?|data|savings)\b|\bloss\s+of\s+(?:profits?|revenues?|data|use|goodwill|"
+            r"business)\b",
+            r"\b(?:essential\s+(?:basis|part|element)|basis\s+of\s+the\s+bargain|allocation\s+of\s+risk)\b",
+            r"\b(?:limitations?|exclusions?|cap|limits?)\b[^.]{0,80}\b(?:shall|will|do|does)\s+not\s+apply\b",
+            r"\bsome\s+(?:jurisdictions|states)\b",
+        ),
+        related_unless_core=True,  # the cap with its carve-outs in one sentence is still the cap
+    ),
+    OperativeLexicon(
+        "payment",
+        core=_rx(
+            r"\b(?:shall|will|must|agrees?\s+to)\s+(?:promptly\s+)?pay\b",
+            rf"\b(?:payable|due|paid)\s+(?:with)?in\s+{_NUM_DAYS}\b",
+            rf"\bwithin\s+{_NUM_DAYS}\b",  # the due date: "within thirty (30) days of the invoice date"
+            r"\b(?:fees?|charges?|prices?)\b[^.;]{0,60}\b(?:are|is|will\s+be|shall\s+be)\s+(?:due|payable|based\s+on|"
+            r"invoiced)\b",
+            r"\b(?:purchases?|buys?)\b[^.;]{0,40}\blicen[cs]es?\b",
+        ),
+        related=_rx(
+            r"\bdisput(?:e|es|ed|ing)\b", r"\blate\s+(?:payments?|fees?|charges?)\b", r"\boverdue\b",
+            r"\binterest\b", r"\btax(?:es)?\b|\bwithholding\b|\bvat\b", r"\bsuspen(?:d|sion)\b",
+            r"\brefunds?\b", r"\bexpenses?\b[^.;]{0,40}\breimburs", r"\baudit\b",
+        ),
+    ),
+    OperativeLexicon(
+        "termination",
+        core=_rx(
+            r"\bmay\b[^.;:]{0,40}\bterminate\b",
+            r"\b(?:will|shall)\s+(?:\w+\s+){0,2}terminate\s+(?:automatically|immediately|if|upon|on|in\s+the\s+event)\b",
+            r"\bterminates?\s+automatically\b",
+            r"\bright\s+to\s+terminate\b",
+            r"\bterminat\w*\b[^.;]{0,120}\b(?:material(?:ly)?\s+breach|breach(?:es)?\s+(?:of\s+)?(?:this|the|any)|"
+            r"fails?\s+to\s+comply|insolven|bankrupt|for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|"
+            r"without\s+cause)",
+        ),
+        related=_rx(
+            r"\b(?:upon|on|after|following)\s+(?:the\s+|any\s+)?(?:expiration|expiry|termination)\b",
+            r"\bin\s+the\s+event\s+of\s+(?:any\s+)?(?:expiration\s+or\s+)?termination\b",
+            r"\b(?:effects?|consequences)\s+of\s+(?:expiration|expiry|termination)\b",
+            r"\bsurviv", r"\breinstat", r"\b(?:does|will|shall)\s+not\s+(?:terminate|affect)\b",
+            r"\b(?:return|destroy)\b[^.;]{0,60}\b(?:copies|confidential|materials|software|data)\b",
+        ),
+    ),
+    OperativeLexicon(
+        "governing_law",
+        core=_rx(
+            r"\bgoverned\s+(?:\w+\s+){0,3}by\b[^.;]{0,80}\blaws?\b",
+            r"\b(?:construed|interpreted|enforced)\b[^.;]{0,60}\b(?:in\s+accordance\s+with|under|by)\b[^.;]{0,40}"
+            r"\blaws?\b",
+            r"\blaws?\s+of\b[^.;]{0,120}\b(?:govern|appl(?:y|ies)|will\s+apply|shall\s+apply)\b",
+            r"\bgoverning\s+law\b[^.;]{0,60}\b(?:govern|is|will|shall)\b",
+        ),
+        related=_rx(r"\bcourts?\b", r"\bvenue\b", r"\bjurisdiction\b", r"\barbitrat", r"\btribunal"),
+        related_unless_core=True,
+    ),
+    OperativeLexicon(
+        "confidentiality",
+        core=_rx(
+            r"\b(?:will|shall|must|agrees?\s+to|may)\s+not\s+(?:\w+\s+){0,3}(?:use|disclose)\b",
+            r"\b(?:not|never|nor)\s+(?:to\s+)?(?:use\s+or\s+)?disclose\b",
+            r"\bneither\s+party\s+(?:will|shall|may)\s+(?:\w+\s+){0,2}(?:use|disclose)\b",
+            r"\b(?:only|solely)\s+(?:use|to\s+use)\b|\buse\b[^.;]{0,80}\b(?:only|solely)\s+(?:for|to|in\s+connection)\b",
+            r"\b(?:hold|keep|treat)\b[^.;]{0,60}\b(?:in\s+(?:strict\s+)?confidence|as\s+(?:strictly\s+)?confidential|"
+            r"secret)\b",
+        ),
+        related=_rx(
+            r"^(?:in\s+addition|additionally|furthermore|moreover|also)\b",
+            r"\b(?:standard|degree)\s+of\s+care\b|\breasonable\s+(?:efforts|care|measures|steps|precautions)\b",
+            r"\b(?:does|do|shall|will)\s+not\s+(?:apply|include)\b|\bexclud",
+            r"\bmay\s+disclose\b|\brequired\s+by\s+(?:law|applicable\s+laws?)\b|\bsubpoena\b",
+            r"\b(?:return|destroy)\b", r"\b(?:equitable|injunctive)\s+relief\b|\birreparable\b",
+            r"\bretains?\s+all\s+rights\b",
+        ),
+    ),
+    OperativeLexicon(
+        "indemnity",
+        core=_rx(r"\b(?:will|shall|must|agrees?\s+to|hereby\s+agrees?\s+to)\s+(?:\w+\s+){0,2}(?:defend|indemnify)\b",
+                 r"\bindemnify\b[^.;]{0,80}\b(?:against|from)\b"),
+        related=_rx(r"\bpromptly\s+notify\b", r"\b(?:sole\s+)?control\s+(?:of\s+)?the\s+defen[cs]e\b",
+                    r"\bcooperat", r"\bat\s+its\s+own\s+expense\b|\bown\s+counsel\b"),
+    ),
+    OperativeLexicon(
+        "assignment",
+        core=_rx(r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+\s+){0,3}(?:assign|transfer)\b",
+                 r"\bassign\w*\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b"),
+        related=_rx(r"\binure\s+to\s+the\s+benefit\b|\bbinding\s+(?:up)?on\b", r"\b(?:null\s+and\s+)?void\b"),
+        related_unless_core=True,  # "may not assign without consent; any other assignment is void" is the restriction
+    ),
+]}
+
+
+def operative_adjustment(kind: str, sentence: str) -> tuple[float, list[str]]:
+    """(ranking adjustment, why) of one normalised sentence for ``kind``: core language up,
+    a related provision's language down; 0 for kinds without such a lexicon."""
+    lex = OPERATIVE.get(kind)
+    if lex is None:
+        return 0.0, []
+    core = [p.pattern for p in lex.core if p.search(sentence)]
+    related = [p.pattern for p in lex.related if p.search(sentence)]
+    delta = min(CORE_BONUS * len(core), MAX_CORE)
+    why = [f"+core {p}" for p in core]
+    if related and not (core and lex.related_unless_core):
+        delta -= RELATED_PENALTY
+        why.append(f"-related {related[0]}")
+    return delta, why
