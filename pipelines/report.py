@@ -81,10 +81,11 @@ def severity_note(risks: list[RiskFinding]) -> str | None:
     Seen with the embedded 270M base model, which says "high" for every clause (BENCHMARKS
     §4f); the note is computed from the findings, so a model that discriminates gets none.
     Where the rules set the severity, the note is about the model's secondary severity."""
-    sevs = [r.model_severity or r.severity for r in risks]
-    if len(risks) < 3 or len(set(sevs)) > 1:
+    rated = [r for r in risks if r.model_severity] or risks  # rules without evidence get no model severity
+    sevs = [r.model_severity or r.severity for r in rated]
+    if len(rated) < 3 or len(set(sevs)) > 1:
         return None
-    sev = sevs[0]
+    sev, risks = sevs[0], rated
     shares = [r.severity_probs.get(sev) for r in risks if r.severity_probs]
     mean = f"; mean probability of '{sev}' {sum(shares) / len(shares):.2f}" if shares else ""
     if any(r.rule for r in risks):

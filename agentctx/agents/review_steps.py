@@ -198,7 +198,10 @@ def assess_risks(agent, ctx, task: AgentTask) -> RiskAssessment:
         sec = st.section_at(start)
         titled = [s for s in st.path(sec.index) if s.title] if sec else []
         own = (titled[-1].start, titled[-1].end) if titled else None
-    hits = evaluate_rules(clause.kind, ctx.text, kind_scope(st, clause.kind, start))
+    # Who indemnifies whom is a question about the whole document: a second indemnity may sit in
+    # another article (or one the section tree misplaces), so that rule reads every sentence.
+    scope = [(u.start, u.end) for u in st.units] if clause.kind == "indemnity" else kind_scope(st, clause.kind, start)
+    hits = evaluate_rules(clause.kind, ctx.text, scope)
     risks = []
     for group in _group(hits, own):
         h = group[0]

@@ -91,6 +91,55 @@ _CARVE = re.compile(r"\b(?:cap|limitations?|limits?|exclusions?)\b[^.;]{0,80}\b(
 _BIG_EXPOSURE = re.compile(r"\bindemnit|\bconfidential|\binfring|\bdata\b|\bintellectual\s+property\b", re.I)
 
 
+_WAIVER = re.compile(r"\b(?:indirect|consequential|incidental|special|punitive|exemplary)\b[^.;]{0,80}\bdamages\b|"
+                     r"\blost\s+(?:profits?|revenues?|data|business)\b", re.I)
+_CAP_AMOUNT = re.compile(r"\b(?:exceed|aggregate|total\s+(?:cumulative\s+)?liability|cap(?:ped)?\b|limited\s+to|"
+                         r"greater\s+of|lesser\s+of)", re.I)
+_USUAL = re.compile(r"\bdeath\b|\bpersonal\s+injury\b|\bfraud|\bgross\s+negligence\b|\bwil(?:l)?ful|"
+                    r"\bcannot\s+be\s+(?:limited|excluded)\b|\bapplicable\s+law\b", re.I)
+# The carved-out claims named by a defined term ("does not apply to any Unlimited Claims"): what they are is
+# in the definition, so the rule names the term and asks the reader to check it.
+_DEFINED_CARVE = re.compile(r"\bnot\s+apply\s+to\s+(?:any\s+|the\s+)?(?P<term>(?:[A-Z][\w-]*\s+){0,3}"
+                            r"(?:Claims?|Liabilities|Obligations|Matters|Losses))\b")
+
+
+def _carve_out(s: int, e: int, sent: str) -> RuleHit:
+    """A sentence that excepts claims from a limitation: what is excepted, from what, how serious."""
+    waiver_only = bool(_WAIVER.search(sent)) and not _CAP_AMOUNT.search(sent)
+    big, defined = _BIG_EXPOSURE.search(sent), _DEFINED_CARVE.search(sent)
+    if waiver_only:
+        # The exception is to the exclusion of indirect damages, not to the cap: those claims may
+        # recover indirect damages, still within whatever cap the contract sets.
+        what = big.group(0).lower() if big else "the claims it names"
+        return RuleHit("liability_carve_out", "liability_cap", "medium" if big else "low", s, e,
+                       f"The exclusion of indirect damages does not apply to {what}...: those claims may recover "
+                       "indirect damages; whether they are capped is for the cap clause to say.",
+                       "Check that the cap clause covers these claims, or agree a separate cap for them.",
+                       {"carve_out": what, "from": "damages waiver"})
+    if defined:
+        term = defined["term"].strip()
+        return RuleHit("liability_carve_out", "liability_cap", "high", s, e,
+                       f"The limitation of liability does not apply to {term}: those claims are uncapped; "
+                       f"read the definition of {term} to see which they are.",
+                       "Cap the carved-out claims too, or put a separate, higher cap on them.",
+                       {"carve_out": term, "from": "cap"})
+    if big:
+        return RuleHit("liability_carve_out", "liability_cap", "high", s, e,
+                       "The limitation of liability has a carve-out for large exposures "
+                       f"({big.group(0).lower()}...): those claims are uncapped.",
+                       "Cap the carved-out claims too, or put a separate, higher cap on them.",
+                       {"carve_out": big.group(0).lower(), "from": "cap"})
+    if _USUAL.search(sent):
+        return RuleHit("liability_carve_out", "liability_cap", "low", s, e,
+                       "The limitation of liability excepts death, personal injury, fraud or wilful "
+                       "misconduct: the usual carve-outs that the law requires.",
+                       "No change needed; check that the list is no wider than the law requires.",
+                       {"from": "cap"})
+    return RuleHit("liability_carve_out", "liability_cap", "medium", s, e,
+                   "The limitation of liability does not apply to some claims: read which, as they are uncapped.",
+                   "Cap the carved-out claims too, or put a separate, higher cap on them.", {"from": "cap"})
+
+
 def _liability(text: str, spans) -> list[RuleHit]:
     hits = []
     for s, e, sent in _sentences(text, spans):
@@ -99,19 +148,9 @@ def _liability(text: str, spans) -> list[RuleHit]:
                                 "This sentence leaves liability unlimited.",
                                 "Negotiate an overall cap on liability, for example the fees paid in the "
                                 "twelve months before the claim."))
-        elif _CARVE.search(sent) and re.search(r"\bliab|\bcap\b|\bdamages\b", sent, re.I):
-            big = _BIG_EXPOSURE.search(sent)
-            if big:
-                hits.append(RuleHit("liability_carve_out", "liability_cap", "high", s, e,
-                                    "The limitation of liability has a carve-out for large exposures "
-                                    f"({big.group(0).lower()}...): those claims are uncapped.",
-                                    "Cap the carved-out claims too, or put a separate, higher cap on them.",
-                                    {"carve_out": big.group(0).lower()}))
-            else:
-                hits.append(RuleHit("liability_carve_out", "liability_cap", "low", s, e,
-                                    "The limitation of liability excepts death, personal injury, fraud or wilful "
-                                    "misconduct: the usual carve-outs that the law requires.",
-                                    "No change needed; check that the list is no wider than the law requires."))
+        elif (_CARVE.search(sent) or _DEFINED_CARVE.search(sent)) and re.search(r"\bliab|\bcap\b|\bdamages\b|"
+                                                                             r"\blimitation", sent, re.I):
+            hits.append(_carve_out(s, e, sent))
     return hits
 
 
@@ -160,12 +199,27 @@ _CONVENIENCE = re.compile(r"\bterminat\w*\b[^.;]{0,100}\b(?:for\s+convenience|fo
                           r"\bterminat", re.I)
 
 
+_GROUND = re.compile(r"\b(?:for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|without\s+cause|at\s+will)\b", re.I)
+_NOTICE_NEAR = re.compile(r"\bnotice\b", re.I)
+
+
 def _termination(text: str, spans) -> list[RuleHit]:
+    """A termination for convenience: in one sentence, or as an item ("c. for any or no reason ...")
+    under a lead-in that terminates ("Either party may terminate this Agreement:"). The notice
+    period is read from the sentence, else from the next one of the clause ("To terminate, the
+    party must give 30 days' notice")."""
     hits = []
-    for s, e, sent in _sentences(text, spans):
-        if not _CONVENIENCE.search(sent):
+    sents = _sentences(text, spans)
+    for i, (s, e, sent) in enumerate(sents):
+        lead = next((p for _, _, p in reversed(sents[max(0, i - 4):i]) if p.rstrip().endswith(":")), None)
+        own = _CONVENIENCE.search(sent)
+        item = not own and _GROUND.search(sent) and lead is not None and re.search(r"\bterminat", lead, re.I)
+        if not (own or item):
             continue
         days = notice_days(sent)
+        if days is None and i + 1 < len(sents) and _NOTICE_NEAR.search(sents[i + 1][2]) \
+                and re.search(r"\bterminat", sents[i + 1][2], re.I):
+            days = notice_days(sents[i + 1][2])
         immediate = re.search(r"\bimmediately\b|\bwithout\s+notice\b", sent, re.I)
         if days is None:
             sev, notice = "high", ("with immediate effect" if immediate else "with no notice period stated")
@@ -182,6 +236,9 @@ def _termination(text: str, spans) -> list[RuleHit]:
 # ---------------------------------------------------------------- term
 _RENEWAL = re.compile(r"\brenew(?:s|ed)?\s+automatically\b|\bautomatic(?:ally)?\s+renew|\bauto-?renew|"
                       r"\bshall\s+be\s+(?:automatically\s+)?renewed\b|\bevergreen\b", re.I)
+# A non-renewal window set elsewhere: "before the Non-Renewal Notice Date", "within the Notice Period".
+_WINDOW_REF = re.compile(r"\b(?:[A-Z][\w-]*\s+){0,3}Notice\s+(?:Date|Period|Deadline|Window)\b|"
+                         r"\b(?:as|the\s+period)\s+(?:set\s+out|specified|stated)\s+in\s+(?:the\s+)?[A-Z][\w ]{2,40}")
 _PERIOD = re.compile(r"\bperiods?\s+of\s+(\w+(?:\s+\(\d+\))?\s+(?:months?|years?))", re.I)
 
 
@@ -196,7 +253,10 @@ def _term(text: str, spans) -> list[RuleHit]:
             window = notice_days(sent)
         period = _PERIOD.search(sent)
         per = f" for successive periods of {period.group(1)}" if period else ""
-        if window is None:
+        ref = _WINDOW_REF.search(sent)
+        if window is None and ref:
+            sev, how = "medium", f"the notice window to stop it is set by reference ({ref.group(0)}): check it"
+        elif window is None:
             sev, how = "high", "no notice window to stop it is stated"
         else:
             sev = "high" if window >= 60 else "medium"

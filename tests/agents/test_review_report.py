@@ -108,3 +108,13 @@ def test_not_found_kinds_say_so_with_what_was_searched():
     assert "query <i>fees payable</i>" in card and "3 sentences scored" in card
     assert "<b>termination</b> &middot; <code>termination_for_convenience</code>" in html
     assert "model&#x27;s severity (secondary): high" in html or "model's severity (secondary): high" in html
+
+
+def test_a_rule_without_model_severity_does_not_hide_the_note():
+    """The model said 'high' for every risk it rated; the missing-cap rule has no evidence and no model
+    severity, and must not make the severities look mixed."""
+    rated = [_risk(k, "high", 0.6).model_copy(update={"model_severity": "high", "rule": "r"}) for k in "abc"]
+    missing = RiskFinding(clause_kind="liability_cap", severity="medium", rationale="r", recommendation="c",
+                          rule="no_liability_cap")
+    note = severity_note(rated + [missing])
+    assert note is not None and "all 3 risks" in note and "'high'" in note

@@ -136,3 +136,37 @@ def test_rationales_and_recommendations_are_whole_and_distinct():
     for h in hits + more:
         assert h.rationale.endswith(".") and h.recommendation.endswith(".")
         assert h.rationale != h.recommendation
+
+
+def test_termination_notice_in_the_next_sentence_and_grounds_as_items():
+    h, _ = _one("termination", "Either party may terminate this Agreement for any or no reason.",
+                "To terminate, the terminating party must give the other party 30 days advance notice.")
+    assert h.facts["notice_days"] == 30 and h.severity == "medium" and "30 days" in h.rationale
+    h, ev = _one("termination", "Either party may terminate this Agreement:",
+                 "a. if the other party materially breaches it and does not cure the breach within 30 days;",
+                 "b. if the other party becomes insolvent; or",
+                 "c. for any or no reason following 45 days notice.")
+    assert h.rule == "termination_for_convenience" and ev.startswith("c. for any") and h.facts["notice_days"] == 45
+    _, hits = _hits("termination", "The Licensor may terminate this Agreement:",
+                    "a. if the Licensee fails to pay any fee when due; or", "b. if the Licensee becomes insolvent.")
+    assert hits == []
+
+
+def test_renewal_window_set_by_reference_is_not_called_missing():
+    h, _ = _one("term", "This Agreement renews automatically for successive one-year terms unless a party gives "
+                        "notice of non-renewal before the Non-Renewal Notice Date.")
+    assert h.severity == "medium" and "Non-Renewal Notice Date" in h.rationale and "no notice window" not in h.rationale
+
+
+def test_carve_outs_from_the_damages_waiver_and_defined_uncapped_claims():
+    # An exception to the exclusion of indirect damages is not an exception to the cap.
+    h, _ = _one("liability_cap", "Under no circumstances will either party be liable to the other for lost profits "
+                                 "or indirect damages, except for breaches of its confidentiality obligations.")
+    assert h.rule == "liability_carve_out" and h.severity == "medium" and h.facts["from"] == "damages waiver"
+    assert "uncapped" not in h.rationale
+    # A cap that does not apply to a defined class of claims leaves that class uncapped.
+    h, _ = _one("liability_cap", "Section 9.1 (Liability Cap) does not apply to any Excluded Claims.")
+    assert h.severity == "high" and h.facts["carve_out"] == "Excluded Claims" and "uncapped" in h.rationale
+    h, _ = _one("liability_cap", "Nothing in this Agreement limits either party's liability for fraud or for death "
+                                 "caused by negligence.")
+    assert h.severity == "low"
