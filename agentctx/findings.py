@@ -106,5 +106,6 @@ class Answer(AnswerFields):
     question: str
     citation: Citation | None = None
     options: list[QuoteOption] = Field(default_factory=list, description="The candidate quotes, best page first")
-    chosen_by: str = Field("", description="retrieval (its first candidate), model (the model's scores moved "
+    chosen_by: str = Field("", description="rules (the operative sentence of the clause kind asked for), "
+                                           "retrieval (its first candidate), model (the model's scores moved "
                                            "the pick) or model-written (no candidates: the model wrote the quote)")

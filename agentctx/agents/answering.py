@@ -15,6 +15,13 @@ answer to a question. So the quote is chosen, not written:
 
 Without candidates (a document too short to need ranking), the model writes the quote and it is
 located in the source (:func:`cite`), as before.
+
+A question that asks for a clause kind ("Who may assign the agreement?") is answered by that
+kind's operative sentence as the review finds it (:mod:`.question_scope`, docs/REVIEW.md): the
+rules' sentence is the first candidate and is quoted (``chosen_by="rules"``); the model's scores
+of every candidate are kept as a second opinion, as for the review's clauses, because on the
+review's dev set the 270M model's choice among close candidates helped no pick. A question that
+names one document of a case file keeps only that document's candidates.
 """
 
 from __future__ import annotations
@@ -22,10 +29,13 @@ from __future__ import annotations
 import statistics
 
 from agentctx.agents.base import AgentTask
+from agentctx.agents.clause_candidates import draw_candidates
 from agentctx.agents.clause_lexicon import normalize
-from agentctx.agents.review_steps import plan_for, span_citation
+from agentctx.agents.question_scope import question_document, question_kind
+from agentctx.agents.review_steps import plan_for, span_citation, task_structure
 from agentctx.citations import Citation, locate_quote
 from agentctx.findings import Answer, AnswerFields, QuoteOption
+from agentctx.retrieval.documents import documents_of
 from agentctx.retrieval.policy import AttendPlan
 from agentctx.structured import fill_fields
 
@@ -99,6 +109,12 @@ def answer_question(agent, ctx, task: AgentTask) -> Answer:
     plan = None if agent.spec.dense else ranking
     llm = agent.llm(ctx, plan)
     spans = quote_candidates(ranking)
+    rule_span, doc = _scoped(ctx, question, ranking)
+    if doc is not None:
+        spans = [sp for sp in spans if doc.start <= sp[0] < doc.end]
+    if rule_span is not None:
+        spans = [rule_span] + [sp for sp in spans if not (sp[0] < rule_span[1] and rule_span[0] < sp[1])]
+        spans = spans[:OPTIONS]
     if not spans:  # nothing ranked: the model writes the quote, which is then located
         body = f"Question: {question}\nAnswer as JSON with the answer and a word-for-word quote from the document:\n"
         fields = fill_fields(llm, agent.prompt(body), AnswerFields, max_chars={"answer": 300, "quote": 400},
@@ -108,6 +124,8 @@ def answer_question(agent, ctx, task: AgentTask) -> Answer:
     shown = [normalize(ctx.text[a:b])[:MAX_QUOTE_CHARS] for a, b in spans]
     model = llm.scores(agent.prompt(quote_question(question)), [s + '"' for s in shown], per_token=True)
     pick, total = choose_quote(model)
+    if rule_span is not None:
+        pick = 0  # the operative sentence of the kind asked for
     a, b = spans[pick]
     quote = normalize(ctx.text[a:b])
     answer = llm.complete(agent.prompt(f'Question: {question}\nThe document says: "{shown[pick]}"\nShort answer:'),
@@ -115,4 +133,30 @@ def answer_question(agent, ctx, task: AgentTask) -> Answer:
     options = [QuoteOption(char_start=s, char_end=e, rank=r, model_score=round(m, 4), score=round(t, 4))
                for r, ((s, e), m, t) in enumerate(zip(spans, model, total))]
     return Answer(answer=answer, quote=quote, question=question, citation=span_citation(ctx, a, b),
-                  options=options, chosen_by="retrieval" if pick == 0 else "model")
+                  options=options,
+                  chosen_by="rules" if rule_span is not None else "retrieval" if pick == 0 else "model")
+
+
+RULE_PAGES = OPTIONS + 2  # the rules' sentence answers only on one of retrieval's best pages for the question
+
+
+def _scoped(ctx, question: str, ranking: AttendPlan | None):
+    """(the operative sentence's span of the clause kind the question asks for, or None; the
+    document of a case file the question names, or None).
+
+    The rules' sentence answers only where retrieval, reading the whole question, ranks its page
+    among its best ``RULE_PAGES``: "How long does a reseller have to pay once billed?" asks for a
+    payment term, but in a document where the answer is a sentence of its own elsewhere, that
+    sentence is retrieval's, not the payment clause's (the QA bench's planted facts)."""
+    parts = documents_of(ctx.text)
+    doc = question_document(question, parts)
+    kind = question_kind(question)
+    if kind is None:
+        return None, doc
+    dec = draw_candidates(task_structure(ctx, doc.index if doc is not None else None), kind)
+    if not dec.found:
+        return None, doc
+    top = [int(p) for p in ranking.retrieval.pages[:RULE_PAGES]] if ranking is not None and ranking.retrieval else []
+    if ctx.page_of_char(dec.best.unit_start) not in top:
+        return None, doc
+    return (dec.best.start, dec.best.end), doc

@@ -145,3 +145,23 @@ def test_case_file_review_reviews_each_document_apart(runtime, tmp_path):
     assert all(r.document in (0, 1) for r in report.risks)
     html = (tmp_path / "report.html").read_text()
     assert "<section id='doc-0'>" in html and "<section id='doc-1'>" in html
+
+
+def test_qa_quotes_the_operative_sentence_of_the_kind_and_document_asked(runtime):
+    """A question that asks for a clause kind is answered by that kind's operative sentence; one that
+    names a document of the case file, from that document (the tiny model's scores cannot move it)."""
+    text = join_documents([("supply.txt", _agreement("SUPPLY AGREEMENT", "Oregon", 45)),
+                           ("services.txt", _agreement("SERVICES AGREEMENT", "Vermont", 30))])
+    ctx, _ = runtime.load_context(text, tenant="t5")
+    try:
+        p = Pipeline("qa")
+        p.step("answers", AgentSpec(role="qa", max_new_tokens=8),
+               over=[{"question": "Under the services agreement, which law governs?"},
+                     {"question": "When must the customer pay under the supply agreement?"}])
+        result = PipelineRunner(runtime, progress=False).run(p.spec, ctx.context_id, "t5")
+    finally:
+        ctx.close()
+    law, pay = result.outputs("answers")
+    assert law["chosen_by"] == "rules" and "laws of the State of Vermont" in law["quote"]
+    assert pay["chosen_by"] == "rules" and "within 45 days" in pay["quote"]
+    assert text[law["citation"]["char_start"]:law["citation"]["char_end"]] == law["quote"]
