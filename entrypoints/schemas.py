@@ -17,7 +17,16 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "MAX_QUESTION_CHARS", "MAX_PROMPT_CHARS", "MAX_STOP", "MAX_STOP_CHARS", "CONTEXT_ID_RE", "RUN_ID_RE",
@@ -100,13 +109,51 @@ def _check_stop(v: Any) -> list[str] | None:
 
 
 # ---------------------------------------------------------------------------- contexts
-class CreateContextRequest(_Strict):
-    """``POST /v1/contexts`` as JSON (a multipart upload sends the text as its ``file`` part)."""
+MAX_UPLOAD_DOCUMENTS = 100
 
+
+class UploadDocument(_Strict):
+    """One document of a case file uploaded as several documents."""
+
+    name: str = Field(min_length=1, max_length=200, description="How the review names it (e.g. its file name)")
     text: str = Field(min_length=1, description="The document (UTF-8 text)")
+
+    @field_validator("name")
+    @classmethod
+    def _one_line(cls, v: str) -> str:
+        if not v.strip() or any(c in v for c in "\r\n"):
+            raise ValueError("a document name is one non-empty line")
+        return v.strip()
+
+
+class CreateContextRequest(_Strict):
+    """``POST /v1/contexts`` as JSON: one document (``text``) or a case file of several (``documents``:
+    one context, one prefill, each document named and reviewed apart). A multipart upload sends its
+    file(s) as ``file`` part(s)."""
+
+    text: str | None = Field(None, min_length=1, description="The document (UTF-8 text)")
+    documents: list[UploadDocument] | None = Field(None, min_length=1, max_length=MAX_UPLOAD_DOCUMENTS,
+                                                   description="Several named documents, in order, instead of text")
     async_: StrictBool = Field(False, alias="async",
                          description="Answer 202 at once and load in the background (poll status_url)")
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("documents")
+    @classmethod
+    def _named_apart(cls, v: list[UploadDocument] | None, info: ValidationInfo) -> list[UploadDocument] | None:
+        if v is not None and info.data.get("text") is not None:
+            raise ValueError("give either text or documents, not both")
+        names = [d.name for d in v or []]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"document names must differ; repeated: {dup}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "CreateContextRequest":
+        if self.text is None and self.documents is None:
+            raise ValueError("give the document as text, or several as documents")
+        return self
 
 
 class ContextResponse(BaseModel):

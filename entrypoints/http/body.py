@@ -10,8 +10,8 @@ from pydantic import BaseModel, ValidationError
 
 from agentctx.entrypoints.http.errors import APIError, validation_error
 
-__all__ = ["read_body", "decode_json", "validate_model", "read_json", "parse_multipart", "check_id", "bool_field",
-           "sse", "SSE_HEADERS"]
+__all__ = ["read_body", "decode_json", "validate_model", "read_json", "parse_multipart", "multipart_parts", "check_id",
+           "bool_field", "sse", "SSE_HEADERS"]
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -80,7 +80,16 @@ async def read_json(request: Request, model: type[BaseModel], limit: int) -> Any
 
 
 def parse_multipart(body: bytes, content_type: str) -> dict[str, tuple[bytes, str | None]]:
-    """``name -> (bytes, filename)`` of a multipart/form-data body (stdlib parser, no extra dependency)."""
+    """``name -> (bytes, filename)`` of a multipart/form-data body (the first part of each name)."""
+    parts: dict[str, tuple[bytes, str | None]] = {}
+    for name, payload, filename in multipart_parts(body, content_type):
+        parts.setdefault(name, (payload, filename))
+    return parts
+
+
+def multipart_parts(body: bytes, content_type: str) -> list[tuple[str, bytes, str | None]]:
+    """Every named part of a multipart/form-data body as ``(name, bytes, filename)``, in order (several
+    ``file`` parts are several files); stdlib parser, no extra dependency."""
     from email import policy
     from email.parser import BytesParser
 
@@ -93,13 +102,12 @@ def parse_multipart(body: bytes, content_type: str) -> dict[str, tuple[bytes, st
         msg = BytesParser(policy=policy.HTTP).parsebytes(head + body)
         if not msg.is_multipart():
             raise ValueError("not multipart")
-        parts: dict[str, tuple[bytes, str | None]] = {}
+        parts: list[tuple[str, bytes, str | None]] = []
         for part in msg.iter_parts():
             name = part.get_param("name", header="content-disposition")
             if not isinstance(name, str) or not name:
                 continue
-            payload = part.get_payload(decode=True) or b""
-            parts.setdefault(name, (payload, part.get_filename()))
+            parts.append((name, part.get_payload(decode=True) or b"", part.get_filename()))
         return parts
     except APIError:
         raise

@@ -14,11 +14,14 @@ from typing import Literal
 
 import ray
 
+from agentctx.agents.review_steps import span_citation
 from agentctx.config import AgentctxConfig
 from agentctx.entrypoints.http.errors import unwrap
+from agentctx.pipelines.document_review import case_file_tasks, review_pipeline
 from agentctx.pipelines.dsl import PipelineSpec
 from agentctx.pipelines.report import build_report
 from agentctx.pipelines.runner import PipelineCancelled, PipelineError, PipelineRunner
+from agentctx.retrieval.structure import structure_of
 from agentctx.runtime import Runtime
 from agentctx.serving.serve.client import ServeReplicaClient
 
@@ -57,6 +60,9 @@ class LoadPayload:
 class PipelinePayload:
     spec: PipelineSpec
     report: bool  # the document review: return its ReviewReport rather than the raw step outputs
+    # The document review's options (review_pipeline's keyword arguments): its spec is made again
+    # once the context's text is at hand, with one set of clause tasks per document of a case file.
+    review: dict | None = None
 
 
 class JobManager:
@@ -183,16 +189,33 @@ class JobManager:
 
     def _run_pipeline(self, job: Job, payload: PipelinePayload, cancel: threading.Event) -> dict:
         rt = self._runtime()
-        # A context that lost its pages or blobs (a restart) is rebuilt from its kept document first;
-        # one that cannot be (ContextLostError) fails the run here, saying so.
+        # The route restored the context before it queued the run (ApiService.repair_if_broken); what
+        # it lost since (an eviction while queued) is rebuilt from its kept document here, and one
+        # that cannot be (ContextLostError) fails the run, saying so.
         rt.restore_context(job.context_id, job.tenant)
-        result = PipelineRunner(rt, progress=False).run(payload.spec, job.context_id, job.tenant,
-                                                        cancelled=cancel.is_set)
+        spec, ctx, parts = payload.spec, None, None
+        if payload.review is not None:  # the review reads the text: its documents, its section tree
+            ctx = rt.attach(job.context_id, job.tenant, holder_id=f"review-{job.id}")
+            parts, ids, sections = case_file_tasks(ctx.text)
+            spec = review_pipeline(**payload.review, sections=sections, documents=ids)
+        try:
+            return self._pipeline_result(rt, job, payload, spec, cancel, ctx, parts)
+        finally:
+            if ctx is not None:
+                ctx.close()
+
+    def _pipeline_result(self, rt, job: Job, payload: PipelinePayload, spec: PipelineSpec,
+                         cancel: threading.Event, ctx, parts) -> dict:
+        result = PipelineRunner(rt, progress=False).run(spec, job.context_id, job.tenant, cancelled=cancel.is_set)
         dead = [n for n, s in result.steps.items() if s.errors and not s.ok_outputs]
         if dead:  # every task of a step failed: the run failed, whatever the other steps gave
             step = result.steps[dead[0]]
             raise PipelineError(f"step {dead[0]!r} failed for all {len(step.errors)} task(s): "
                                 f"{step.errors[0].splitlines()[0]}")
+        if payload.report and ctx is not None:
+            return build_report(result, rt.client.info(), text=ctx.text, structure=structure_of(ctx.text),
+                                documents=parts if len(parts) > 1 else None,
+                                cite=lambda a, b: span_citation(ctx, a, b)).model_dump(mode="json")
         if payload.report:
             return build_report(result, rt.client.info()).model_dump(mode="json")
         return {"pipeline": result.pipeline, "context_id": job.context_id, "seconds": round(result.seconds, 3),

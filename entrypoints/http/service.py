@@ -26,12 +26,15 @@ from agentctx.entrypoints.auth import ApiKeyAuth
 from agentctx.entrypoints.http.errors import APIError, is_replica_failure, map_exception, unwrap, validation_error
 from agentctx.entrypoints.http.failover import Failover
 from agentctx.entrypoints.http.jobs import jobs_actor
+from agentctx.entrypoints.http.restore_jobs import RestoreJobs, is_whole
 from agentctx.entrypoints.metrics import HttpMetrics
-from agentctx.kv_store.errors import BlobNotFoundError, ContextNotFoundError, StoreError
+from agentctx.kv_store.errors import BlobNotFoundError, ContextLostError, ContextNotFoundError, StoreError
 from agentctx.retrieval.policy import SelectionPolicy
 from agentctx.runtime import Runtime, context_id_for, retrieval_actor
 from agentctx.serving.serve.client import ServeReplicaClient
 from agentctx.serving.serve.deployments import REPLICA_APP
+from agentctx.serving.serve.progress import ProgressCallback
+from agentctx.serving.serve.restore import RestoreResult
 from agentctx.serving.types import GenerateRequest, GenerateResult
 
 __all__ = ["ApiService", "service_of", "tenant_of", "wait", "EMPTY_DOCUMENT"]
@@ -73,6 +76,7 @@ class ApiService:
         self.has_chat_template = False
         self._empty: dict[str, str] = {}
         self._load_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.restores = RestoreJobs(self._restore, cfg.serve.restore_wait_s, cfg.serve.retry_after_s)
         self.started_at = int(time.time())
 
     # ------------------------------------------------------------------ plumbing
@@ -128,6 +132,9 @@ class ApiService:
 
     # ------------------------------------------------------------------ contexts
     async def attach(self, context_id: str, tenant: str):
+        """An open reference to a context; 503 ``context_restoring`` while its restore runs (past the
+        short wait), the restore's error if it failed since the last request."""
+        await self.restores.join(context_id, tenant)
         rt = await self.call(self.runtime)
         return await self.call(rt.attach, context_id, tenant, None, f"http-{uuid.uuid4().hex[:12]}")
 
@@ -146,6 +153,7 @@ class ApiService:
                     self.metrics.loads.labels("failed").inc()
                     raise
                 self.close_later(ctx)
+                self.restores.forget(res.context_id, tenant)  # the upload rebuilt it: an earlier failure is moot
         finally:
             if not lock.locked():
                 self._load_locks.pop(key, None)
@@ -177,12 +185,35 @@ class ApiService:
         return cid
 
     async def repair(self, context_id: str, tenant: str) -> int:
-        """Put back a context's lost pages and blobs from its kept document; returns pages put back
-        (``ContextLostError`` when nothing to rebuild it from remains)."""
-        res = await self.model_call(self.client.arestore_context(context_id, tenant))
+        """Put back a context's lost pages and blobs from its kept document, through its one background
+        restore (``restore_jobs.py``); returns pages put back. 503 ``context_restoring`` when the
+        restore outlasts ``serve.restore_wait_s``; ``ContextLostError`` when nothing to rebuild it from
+        remains."""
+        return (await self.restores.ensure(context_id, tenant)).pages_put
+
+    async def repair_if_broken(self, context_id: str, tenant: str) -> None:
+        """Before work handed to the jobs actor (a pipeline run): a context that lost pages or its
+        document is restored here, by the same background restore as a query's, so that the run
+        starts on a whole context and the restore is counted once. A context that cannot be rebuilt
+        is left to the run, which fails saying so (``ContextLostError``), as a run's failures do."""
+        try:
+            await self.restores.join(context_id, tenant)
+            rt = await self.call(self.runtime)
+            rec = await self.call(rt.store.get_record, context_id, tenant)
+            if not await self.call(is_whole, rt.store, rec):
+                await self.repair(context_id, tenant)
+        except Exception as exc:
+            if not isinstance(unwrap(exc), ContextLostError):
+                raise
+
+    async def _restore(self, context_id: str, tenant: str, on_progress: ProgressCallback) -> RestoreResult:
+        """One restore, as a ``RestoreJobs`` task runs it: the replica streams its re-prefill's
+        progress, and the call fails only after ``serve.stall_timeout_s`` without any, however long
+        the document (not after ``request_timeout_s``: no request waits on it)."""
+        res = await self.call(self.client.restore_context, context_id, tenant, None, on_progress)
         if res.repaired:
             self.metrics.restores.labels("prefilled" if res.prefilled else "republished").inc()
-        return res.pages_put
+        return res
 
     # ------------------------------------------------------------------ planning
     def policy_for(self, dense: bool, budget_fraction: float | None, top_k_pages: int | None):

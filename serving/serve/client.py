@@ -123,9 +123,6 @@ class ServeReplicaClient:
     def arender_chat(self, messages: list[dict]):
         return self._h().render_chat.remote(messages)
 
-    def arestore_context(self, context_id: str, tenant: str, text: str | None = None):
-        return self._h(context_id).restore_context.remote(context_id, tenant, text)
-
     def adrop_context(self, context_id: str):
         return self._h(context_id).drop_context.remote(context_id)
 

@@ -163,6 +163,51 @@ def test_pipeline_run_document_review(stack, a, b, ctx_a):
     assert stack.wait_no_holders([ctx_a], timeout_s=30) == {}
 
 
+def _agreement(title: str, law: str) -> str:
+    return (f"{title}\n\nThis {title.title()} is entered into by and between Alder Ltd. and Birch Inc.\n\n"
+            f"1. Termination. Either party may terminate this Agreement on 30 days' written notice.\n\n"
+            f"2. Governing Law. This Agreement is governed by the laws of the State of {law}.\n")
+
+
+def test_case_file_upload_and_review_per_document(stack, a):
+    docs = [{"name": "supply.txt", "text": _agreement("SUPPLY AGREEMENT", "Oregon")},
+            {"name": "services.txt", "text": _agreement("SERVICES AGREEMENT", "Vermont")}]
+    r = a.post("/v1/contexts", json={"documents": docs})
+    assert r.status_code == 201, r.text
+    cid = r.json()["id"]
+    # the same files as multipart parts are the same context (one text, one prefill)
+    files = [("file", (d["name"], d["text"].encode(), "text/plain")) for d in docs]
+    again = a.post("/v1/contexts", files=files)
+    assert again.status_code == 200 and again.json()["id"] == cid and again.json()["prefilled"] is False
+    # bad case files: 422 naming the field, nothing stored
+    for body, param in [({"documents": [docs[0], dict(docs[1], name="supply.txt")]}, "documents"),
+                        ({"documents": [docs[0], dict(docs[1], text="")]}, "documents.1.text"),
+                        ({"documents": [dict(docs[0], name="a\nb"), docs[1]]}, "documents.0.name"),
+                        ({"documents": []}, "documents"),
+                        ({"text": "x", "documents": docs}, "documents"),
+                        ({"async": True}, None)]:
+        bad = a.post("/v1/contexts", json=body)
+        assert bad.status_code == 422 and bad.json()["error"]["param"] == param, (body, bad.text)
+    empty = a.post("/v1/contexts", files=[files[0], ("file", ("blank.txt", b"  \n", "text/plain"))])
+    assert empty.status_code == 422 and empty.json()["error"]["param"] == "file[1]", empty.text
+
+    r = a.post("/v1/pipelines/document_review/runs",
+               json={"context_id": cid, "options": {"clause_kinds": ["termination", "governing_law"],
+                                                    "summarize": False}})
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 180
+    while (st := a.get(r.json()["status_url"]).json())["status"] not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline, st
+        time.sleep(0.5)
+    assert st["status"] == "succeeded", st.get("error")
+    report = st["result"]
+    assert [d["name"] for d in report["documents"]] == ["supply.txt", "services.txt"]
+    laws = {c["document"]: c["quote"] for c in report["clauses"] if c["kind"] == "governing_law"}
+    assert "Oregon" in laws[0] and "Vermont" in laws[1]
+    assert any("different laws" in n for n in report["notes"])
+    assert stack.wait_no_holders([cid], timeout_s=30) == {}
+
+
 def test_pipeline_errors(a, ctx_a):
     r = a.post("/v1/pipelines/no_such_pipeline/runs", json={"context_id": ctx_a})
     assert r.status_code == 404 and r.json()["error"]["code"] == "pipeline_not_found"

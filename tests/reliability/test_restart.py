@@ -39,10 +39,19 @@ def redis(redis_server_factory):
     return redis_server_factory("always")
 
 
-def _answers(client, cids) -> dict[str, str]:
+def _answers(client, cids, restore_s: float = 120.0) -> dict[str, str]:
+    """Each context's answer; a context being restored answers 503 ``context_restoring`` with
+    Retry-After (on a loaded box a restore can outlast ``serve.restore_wait_s``): asked again."""
     out = {}
     for cid in cids:
-        r = client.post(f"/v1/contexts/{cid}/query", json=QUESTION)
+        deadline = time.monotonic() + restore_s
+        while True:
+            r = client.post(f"/v1/contexts/{cid}/query", json=QUESTION)
+            if r.status_code == 503 and r.json()["error"]["code"] == "context_restoring":
+                assert "retry-after" in r.headers and time.monotonic() < deadline, r.text
+                time.sleep(0.5)
+                continue
+            break
         assert r.status_code == 200, r.text
         out[cid] = r.json()["answer"]
     return out

@@ -1,5 +1,5 @@
-"""``/v1/contexts``: upload (JSON or multipart; large or ``async`` uploads load in the background),
-list, status, delete."""
+"""``/v1/contexts``: upload (JSON or multipart, one document or a case file of several; large or
+``async`` uploads load in the background), list, status, delete."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import uuid
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
-from agentctx.entrypoints.http.body import bool_field, check_id, parse_multipart, read_body, read_json
+from agentctx.entrypoints.http.body import bool_field, check_id, multipart_parts, read_body, read_json
 from agentctx.entrypoints.http.errors import APIError, unwrap
 from agentctx.entrypoints.http.jobs import Job, LoadPayload
+from agentctx.entrypoints.http.restore_jobs import is_whole
 from agentctx.entrypoints.http.service import ApiService, service_of, tenant_of, wait
-from agentctx.entrypoints.schemas import CONTEXT_ID_RE, ContextResponse, CreateContextRequest
-from agentctx.kv_store.doc_blob import DOC_BLOB
+from agentctx.entrypoints.schemas import CONTEXT_ID_RE, MAX_UPLOAD_DOCUMENTS, ContextResponse, CreateContextRequest
 from agentctx.kv_store.errors import ContextNotFoundError
+from agentctx.retrieval.documents import join_documents
 from agentctx.runtime import context_id_for
 
 __all__ = ["router", "ASYNC_LOAD_CHARS"]
@@ -44,27 +45,51 @@ def context_body(svc: ApiService, cid: str, rec=None, res=None, status: str = "r
     return out.model_dump(exclude_none=True)
 
 
-def _whole(store, rec) -> bool:
-    """Every page and the document blob of a stored context are readable now."""
-    return all(store.has_pages(rec.page_ids)) and not store.missing_blobs(rec.context_id, [DOC_BLOB])
-
-
 async def _upload(request: Request, limit: int) -> tuple[str, bool, str]:
-    """(text, load in the background, the field named in errors) of an upload."""
+    """(text, load in the background, the field named in errors) of an upload. Several documents
+    (JSON ``documents``, or several multipart ``file`` parts) are joined into one text, each after
+    a header line naming it (retrieval.documents): one context, reviewed document by document."""
     ctype = request.headers.get("content-type", "")
     if ctype.split(";", 1)[0].strip().lower() == "multipart/form-data":
-        parts = parse_multipart(await read_body(request, limit), ctype)
-        part = parts.get("file") or next(((b, f) for b, f in parts.values() if f), None) or parts.get("text")
-        if part is None:
+        raw = multipart_parts(await read_body(request, limit), ctype)
+        files = [(f, b) for n, b, f in raw if n == "file"] or [(f, b) for n, b, f in raw if f][:1] \
+            or [(f, b) for n, b, f in raw if n == "text"][:1]
+        if not files:
             raise APIError(422, "multipart upload needs a 'file' part", code="missing", param="file")
-        try:
-            text = part[0].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise APIError(400, f"file is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                           code="invalid_utf8", param="file") from None
-        return text, bool_field(parts.get("async", (None,))[0], "async"), "file"
+        docs = [(name or f"document {i + 1}", _utf8(body, "file" if len(files) == 1 else f"file[{i}]"))
+                for i, (name, body) in enumerate(files)]
+        flag = next((b for n, b, _ in raw if n == "async"), None)
+        return _joined(docs, "file"), bool_field(flag, "async"), "file"
     body = await read_json(request, CreateContextRequest, limit)
+    if body.documents is not None:
+        return _joined([(d.name, d.text) for d in body.documents], "documents"), body.async_, "documents"
     return body.text, body.async_, "text"
+
+
+def _utf8(body: bytes, param: str) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise APIError(400, f"{param} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                       code="invalid_utf8", param=param) from None
+
+
+def _joined(docs: list[tuple[str, str]], param: str) -> str:
+    """One document's text as sent; several joined with a header naming each (422 on an empty one
+    or two of one name, before anything is stored)."""
+    if len(docs) == 1:
+        return docs[0][1]
+    if len(docs) > MAX_UPLOAD_DOCUMENTS:
+        raise APIError(422, f"at most {MAX_UPLOAD_DOCUMENTS} documents in one context", code="too_many_documents",
+                       param=param)
+    names = [" ".join(n.split()) for n, _ in docs]
+    for i, (name, text) in enumerate(docs):
+        if not text.strip():
+            raise APIError(422, f"document {name!r} is empty", code="empty_input", param=f"{param}[{i}]")
+        if names.count(names[i]) > 1:
+            raise APIError(422, f"two documents are named {name!r}; names must differ", code="duplicate_name",
+                           param=f"{param}[{i}]")
+    return join_documents(list(zip(names, (t for _, t in docs), strict=True)))
 
 
 @router.post("/v1/contexts")
@@ -78,12 +103,15 @@ async def create_context(request: Request):
     await svc.check_document_bytes(len(text.encode("utf-8", "surrogatepass")), param)
     if want_async or len(text) > ASYNC_LOAD_CHARS:
         cid = context_id_for(await svc.model_id(), tenant, text)
+        if (restoring := svc.restores.running(cid, tenant)) is not None:  # a second prefill would race it
+            return JSONResponse(context_body(svc, cid, status="loading", progress=restoring.progress),
+                                status_code=202, headers={"Location": f"/v1/contexts/{cid}"})
         rt = await svc.call(svc.runtime)
         try:
             rec = await svc.call(rt.store.get_record, cid, tenant)
             # Loaded and whole: nothing to do. Loaded but missing pages or blobs (a restart): the
             # load job below rebuilds it from this text.
-            if await svc.call(_whole, rt.store, rec):
+            if await svc.call(is_whole, rt.store, rec):
                 return JSONResponse(context_body(svc, cid, rec=rec), status_code=200)
         except Exception as exc:
             if not isinstance(unwrap(exc), ContextNotFoundError):
@@ -123,6 +151,11 @@ async def get_context(context_id: str, request: Request):
     try:
         rec = await svc.call(rt.store.get_record, context_id, tenant)
         holders = await svc.call(rt.store.holders, context_id)
+        # Listed, but its lost pages are being put back: "loading" as for an upload, with the progress.
+        restoring = svc.restores.running(context_id, tenant)
+        if restoring is not None:
+            return context_body(svc, context_id, rec=rec, holders=len(holders), status="loading",
+                                progress=restoring.progress)
         return context_body(svc, context_id, rec=rec, holders=len(holders))
     except ContextNotFoundError:
         job: Job | None = await wait(svc.jobs.find_load.remote(tenant, context_id))
@@ -140,6 +173,7 @@ async def delete_context(context_id: str, request: Request):
     rt = await svc.call(svc.runtime)
     await svc.call(rt.delete_context, context_id, tenant)
     svc.forget_empty(context_id=context_id)
+    svc.restores.forget(context_id, tenant)
     try:  # free the device copy on the replica that holds it (others evict it by LRU)
         await svc.model_call(svc.client.adrop_context(context_id), timeout_s=5.0)
     except Exception as exc:

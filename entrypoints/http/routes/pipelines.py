@@ -45,7 +45,16 @@ def _pipeline_dirs() -> list[Path]:
     return dirs
 
 
+def review_options(body: PipelineRunRequest, cfg: AgentctxConfig) -> dict[str, Any]:
+    """review_pipeline's keyword arguments from a run request's options (422 on bad ones)."""
+    return _review_kwargs(body, cfg)
+
+
 def _review(body: PipelineRunRequest, cfg: AgentctxConfig) -> PipelineSpec:
+    return review_pipeline(**_review_kwargs(body, cfg))
+
+
+def _review_kwargs(body: PipelineRunRequest, cfg: AgentctxConfig) -> dict[str, Any]:
     if body.spec is not None:
         raise APIError(422, "document_review is built in; it takes options, not a spec", param="spec")
     opts = body.options
@@ -57,7 +66,7 @@ def _review(body: PipelineRunRequest, cfg: AgentctxConfig) -> PipelineSpec:
                 kwargs["clause_kinds"] = check_clause_kinds(opts.clause_kinds)
             except ValueError as exc:
                 raise APIError(422, str(exc), param="options.clause_kinds") from None
-    return review_pipeline(**kwargs)
+    return kwargs
 
 
 def _find_spec(name: str) -> Any:
@@ -100,9 +109,13 @@ async def start_run(name: str, request: Request):
     spec, is_review = resolve_pipeline(name, body, svc.cfg)
     rt = await svc.call(svc.runtime)
     await svc.call(rt.store.get_record, body.context_id, tenant)  # 404 unless the tenant's own
+    # A context that lost pages or its document is restored here (503 context_restoring while a long
+    # restore runs), not in the jobs actor, where a second restore of it could run beside a query's.
+    await svc.repair_if_broken(body.context_id, tenant)
     run_id = f"run-{uuid.uuid4().hex}"
     job = Job(id=run_id, kind="pipeline", tenant=tenant, pipeline=name, context_id=body.context_id)
-    job = await wait(svc.jobs.submit.remote(job, PipelinePayload(spec, report=is_review)))
+    review = review_options(body, svc.cfg) if is_review else None
+    job = await wait(svc.jobs.submit.remote(job, PipelinePayload(spec, report=is_review, review=review)))
     url = f"/v1/pipelines/{name}/runs/{run_id}"
     out = PipelineRunResponse(id=run_id, pipeline=name, context_id=body.context_id, status=job.status,
                               created_at=job.created_at, status_url=url)
