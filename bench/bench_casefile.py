@@ -14,7 +14,8 @@ the review's clause decisions without retrieval's small bonus), seconds in all:
 Scored per labelled agreement with the dev set's rule (bench/devsets/contracts/score.py: a
 finding is correct when half its span lies in the kind's labelled section): correct, wrong,
 missed, false positives on absent kinds, and the share of findings whose citation lies inside
-the agreement it is reported for.
+the agreement it is reported for; and at sentence level (bench/devsets/contracts/operative.json):
+the share of labelled present kinds whose citation is the operative sentence.
 
     python bench/bench_casefile.py                      # 8 case files of 4 agreements
     python bench/bench_casefile.py --files 20 --json out.json
@@ -39,6 +40,8 @@ from agentctx.retrieval.documents import document_structure, join_documents, spl
 from agentctx.retrieval.structure import parse_structure  # noqa: E402
 from bench.bench_review import SCORE, documents  # noqa: E402
 
+TOTALS = ("correct", "wrong", "miss", "false_positive", "inside", "cited", "op_operative", "op_partial", "op_related",
+          "op_miss")
 FILLER = ROOT / "bench" / "devsets" / "selection" / "sources" / "gnu-manuals.txt.gz"
 _LEGAL = re.compile(r"licen[cs]e|agreement", re.I)
 
@@ -72,10 +75,10 @@ def review(text: str, mode: str) -> list[tuple[int | None, str, int, int]]:
     return [(p.index, k, s, e) for p in parts for k, s, e in _findings(document_structure(text, p), CLAUSE_KINDS)]
 
 
-def score_case(text: str, spans, labels: dict, mode: str) -> dict:
+def score_case(text: str, spans, labels: dict, mode: str, operative: dict | None = None) -> dict:
     found = review(text, mode)
     parts = split_documents(text) if mode != "one" else []
-    totals = {"correct": 0, "wrong": 0, "miss": 0, "false_positive": 0, "inside": 0, "cited": 0}
+    totals = dict.fromkeys(TOTALS, 0)
     for name, s, e in spans:
         if mode == "one":
             mine = [(k, a, b) for _, k, a, b in found if s <= a < e]
@@ -91,6 +94,9 @@ def score_case(text: str, spans, labels: dict, mode: str) -> dict:
         for outcome in rows.values():
             if outcome in totals:
                 totals[outcome] += 1
+        if operative and name in operative:
+            for outcome in SCORE.score_doc_operative(labels[name], operative[name], report).values():
+                totals[f"op_{outcome}"] += 1
     return totals
 
 
@@ -107,28 +113,31 @@ def main(argv=None) -> int:
     docs = {n: p.read_text(encoding="utf-8") for n, p in documents().items() if n in labels}
     filler = gzip.open(FILLER, "rt", encoding="utf-8").read()
     rng = random.Random(args.seed)
-    out = {m: {"correct": 0, "wrong": 0, "miss": 0, "false_positive": 0, "inside": 0, "cited": 0}
-           for m in ("one", "split", "headers")}
+    operative = SCORE.load_operative()
+    out = {m: dict.fromkeys(TOTALS, 0) for m in ("one", "split", "headers")}
     for _ in range(args.files):
         text, spans = build_case_file(rng, docs, filler, args.agreements, tuple(args.filler))
         for mode in ("one", "split"):
-            for k, v in score_case(text, spans, labels, mode).items():
+            for k, v in score_case(text, spans, labels, mode, operative).items():
                 out[mode][k] += v
         joined = join_documents([(n, docs[n]) for n, _, _ in spans])
         jspans = []
         for n, _, _ in spans:
             at = joined.index(docs[n].strip())
             jspans.append((n, at, at + len(docs[n].strip())))
-        for k, v in score_case(joined, jspans, labels, "headers").items():
+        for k, v in score_case(joined, jspans, labels, "headers", operative).items():
             out["headers"][k] += v
     print(f"{args.files} case files x {args.agreements} agreements (seed {args.seed}), rules only")
-    print(f"{'mode':8s} {'correct':>8s} {'wrong':>6s} {'miss':>5s} {'fp':>4s} {'recall':>7s} {'inside':>7s}")
+    print(f"{'mode':8s} {'correct':>8s} {'wrong':>6s} {'miss':>5s} {'fp':>4s} {'recall':>7s} {'inside':>7s} "
+          f"{'operative':>10s}")
     for mode, t in out.items():
         scored = t["correct"] + t["wrong"] + t["miss"]
         t["recall"] = round(t["correct"] / scored, 3) if scored else None
         t["inside_share"] = round(t["inside"] / t["cited"], 3) if t["cited"] else None
+        ops = sum(t[k] for k in TOTALS if k.startswith("op_"))
+        t["operative_rate"] = round(t["op_operative"] / ops, 3) if ops else None
         print(f"{mode:8s} {t['correct']:8d} {t['wrong']:6d} {t['miss']:5d} {t['false_positive']:4d} "
-              f"{t['recall']!s:>7s} {t['inside_share']!s:>7s}")
+              f"{t['recall']!s:>7s} {t['inside_share']!s:>7s} {t['operative_rate']!s:>10s}")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "totals": out}, indent=1))
     return 0
