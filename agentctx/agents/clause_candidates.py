@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from agentctx.agents.clause_lexicon import LEXICON, PARTY_ROLES, body_evidence, normalize, title_matches
+from agentctx.agents.clause_lexicon import LEXICON, PARTY_ROLES, body_evidence, legal_voice, normalize, title_matches
 from agentctx.agents.clause_operative import operative_adjustment
 from agentctx.retrieval.structure import DocumentStructure, Unit
 
@@ -145,6 +145,11 @@ def score_unit(st: DocumentStructure, unit: Unit, kind: str) -> tuple[float, flo
         body += extra
         why += more
     title = _title_score(st, unit, kind)
+    if body > 0 and title <= 0 and not legal_voice(sentence) \
+            and not any(legal_voice(s.title) for s in st.path(unit.section) if s.title):
+        # A kind's words without a contract's voice, in a section no legal heading holds: technical
+        # text filed beside the agreements of a case file ("gpg-agent will then terminate itself").
+        return 0.0, title, 0.0, why + ["-no contract voice"]
     adjust, more = operative_adjustment(kind, sentence)
     return title + body + adjust, title, body, why + more
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "normalize", "title_matches", "body_evidence"]
+__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "normalize", "title_matches", "body_evidence", "legal_voice"]
 
 
 def _rx(*patterns: str) -> tuple[re.Pattern, ...]:
@@ -242,6 +242,22 @@ def title_matches(kind: str, title: str) -> bool:
     lex = LEXICON[kind]
     return bool(title) and any(p.search(title) for p in lex.title) \
         and not any(p.search(title) for p in lex.title_negative)
+
+
+# What makes a sentence read as a contract's and not as a manual's: it names an instrument or a side,
+# or speaks in a contract's modal voice. "gpg-agent will then terminate itself" and "the value is
+# capped at 60 seconds" carry a kind's words but none of these, so in a case file that holds
+# technical material beside its agreements they are not clauses.
+_LEGAL_VOICE = re.compile(r"\b(?:agreement|contract|licen[cs]e[ed]?s?|licensor|licensee|part(?:y|ies)|customer|"
+                          r"client|vendor|supplier|provider|recipient|discloser|company|you|your|user|buyer|seller|"
+                          r"shall|hereby|hereunder|herein|hereof|thereof|pursuant|terms|order\s+form|statement\s+of\s+work|"
+                          r"liab(?:le|ility)|damages|indemn\w*|warrant\w*|invoices?|fees?|royalt\w*|"
+                          r"confidential\w*|governed|jurisdiction|assign\w*)\b", re.I)
+
+
+def legal_voice(text: str) -> bool:
+    """Whether a sentence or heading speaks as a contract does (``_LEGAL_VOICE``)."""
+    return _LEGAL_VOICE.search(text) is not None
 
 
 def body_evidence(kind: str, sentence: str) -> tuple[float, list[str]]:

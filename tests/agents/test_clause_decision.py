@@ -109,3 +109,17 @@ def test_one_sentence_is_not_cited_for_two_kinds_it_does_not_carry():
     assert out[0].citation.char_start == law[0]  # the law sentence stays with governing_law
     assert (out[1].citation.char_start, out[1].citation.char_end) == assign  # assignment falls back
     assert not out[2].present and "carries governing_law" in out[2].note  # term has nowhere to go
+
+
+def test_technical_text_beside_an_agreement_carries_no_clause():
+    """A case file may hold a manual beside its agreements: a kind's words without a contract's voice,
+    under no legal heading, are not a clause; the same words in a contract's voice are."""
+    manual = ("Running the daemon\n\nIf a second instance has taken over the socket, the daemon will then "
+              "terminate itself. The timeout value is capped at 60 seconds. The cache continues until the next "
+              "restart.\n")
+    chosen = rules_only(parse_structure(manual), ("termination", "liability_cap", "term"))
+    assert chosen == {"termination": None, "liability_cap": None, "term": None}
+    contract = manual + ("\nEither party may terminate this Agreement on thirty days' written notice to the "
+                         "other party.\n")
+    found = rules_only(parse_structure(contract), ("termination",))["termination"]
+    assert found is not None and "terminate this Agreement" in contract[found.start:found.end]
