@@ -29,7 +29,7 @@ from agentctx.retrieval.documents import DocumentPart, document_structure, docum
 from agentctx.retrieval.policy import SelectionPolicy
 from agentctx.retrieval.structure import DocumentStructure, structure_of
 
-__all__ = ["review_pipeline", "run_review", "summary_tasks", "case_file_tasks"]
+__all__ = ["review_pipeline", "run_review", "summary_tasks", "case_file_tasks", "section_trees"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,15 @@ def summary_tasks(structure: DocumentStructure, document: int | None = None) -> 
     """One summarizer task per part of the section tree (:func:`summary_sections`)."""
     return [{"section": i, "title": name, "char_start": start, "char_end": end, "document": document}
             for i, (name, start, end, _) in enumerate(summary_sections(structure))]
+
+
+def section_trees(text: str, parts: list[DocumentPart]) -> list[dict]:
+    """The report's section tree: the text's, or for a case file each reviewed document's own tree
+    (its ``parent`` indices within that document), each section tagged with its document."""
+    if len(parts) == 1:
+        return structure_of(text).to_dicts()
+    return [dict(d, document=p.index) for p in parts if p.reviewed
+            for d in document_structure(text, p).to_dicts()]
 
 
 def case_file_tasks(text: str) -> tuple[list[DocumentPart], list[int | None], list[dict]]:
@@ -91,12 +100,11 @@ def run_review(runtime, text: str | list[tuple[str, str]], *, source: str = "doc
         parts, ids, sections = case_file_tasks(text)
         if len(parts) > 1:
             log.info("%d documents: %s", len(parts), "; ".join(p.name for p in parts))
-        structure = structure_of(text)
         spec = review_pipeline(dense=dense, clause_kinds=clause_kinds,
                                max_concurrency=runtime.config.max_concurrent_agents,
                                sections=sections, documents=ids)
         result = PipelineRunner(runtime, progress=progress).run(spec, ctx.context_id, tenant)
-        report = build_report(result, runtime.client.info(), text=text, structure=structure,
+        report = build_report(result, runtime.client.info(), text=text, sections=section_trees(text, parts),
                               documents=parts if len(parts) > 1 else None,
                               cite=lambda a, b: span_citation(ctx, a, b), source=source,
                               char_spans=ctx.char_spans, prefill_s=round(load.prefill_s, 2),

@@ -146,10 +146,11 @@ def _by_document(items: list, document: int | None) -> list:
 
 def build_report(result: PipelineResult, replica_info: dict, *, text: str | None = None, cite=None,
                  structure: DocumentStructure | None = None, documents: list[DocumentPart] | None = None,
-                 **document) -> ReviewReport:
+                 sections: list[dict] | None = None, **document) -> ReviewReport:
     """The report of a review pipeline's result; ``document``: details beyond the context's own
     (see :class:`ReviewDocument`); ``documents``: a case file's documents (findings carry their
-    index). With ``text`` and ``cite(start, end) -> Citation``, a sentence cited for two kinds that
+    index); ``sections``: the section tree(s) as dicts, else ``structure``'s. With ``text`` and
+    ``cite(start, end) -> Citation``, a sentence cited for two kinds that
     it does not both carry is resolved (the weaker kind falls back or is not found), and a missing
     limitation of liability becomes a risk of its own, each within its document."""
     steps = result.steps
@@ -177,7 +178,8 @@ def build_report(result: PipelineResult, replica_info: dict, *, text: str | None
     attended = sum(s.stats.get("attended_tokens", 0) for s in steps.values())
     context = sum(s.stats.get("context_tokens", 0) for s in steps.values())
     report = ReviewReport(document=ReviewDocument.of(result.context, **document), summary=summary, clauses=clauses,
-                          risks=risks, sections=structure.to_dicts() if structure is not None else [],
+                          risks=risks, sections=sections if sections is not None else
+                          structure.to_dicts() if structure is not None else [],
                           errors=[f"{n}: {e}" for n, s in steps.items() for e in s.errors], documents=cases,
                           notes=[n for n in (severity_note(risks),) if n] + cross_document_notes(cases, clauses))
     report.stats = {

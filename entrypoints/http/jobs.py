@@ -17,11 +17,10 @@ import ray
 from agentctx.agents.review_steps import span_citation
 from agentctx.config import AgentctxConfig
 from agentctx.entrypoints.http.errors import unwrap
-from agentctx.pipelines.document_review import case_file_tasks, review_pipeline
+from agentctx.pipelines.document_review import case_file_tasks, review_pipeline, section_trees
 from agentctx.pipelines.dsl import PipelineSpec
 from agentctx.pipelines.report import build_report
 from agentctx.pipelines.runner import PipelineCancelled, PipelineError, PipelineRunner
-from agentctx.retrieval.structure import structure_of
 from agentctx.runtime import Runtime
 from agentctx.serving.serve.client import ServeReplicaClient
 
@@ -213,7 +212,7 @@ class JobManager:
             raise PipelineError(f"step {dead[0]!r} failed for all {len(step.errors)} task(s): "
                                 f"{step.errors[0].splitlines()[0]}")
         if payload.report and ctx is not None:
-            return build_report(result, rt.client.info(), text=ctx.text, structure=structure_of(ctx.text),
+            return build_report(result, rt.client.info(), text=ctx.text, sections=section_trees(ctx.text, parts),
                                 documents=parts if len(parts) > 1 else None,
                                 cite=lambda a, b: span_citation(ctx, a, b)).model_dump(mode="json")
         if payload.report:

@@ -130,6 +130,9 @@ def test_case_file_review_reviews_each_document_apart(runtime, tmp_path):
     report = run_review(runtime, docs, tenant="t4", out_dir=tmp_path, progress=False,
                         clause_kinds=("payment", "termination", "governing_law"))
     assert [d.name for d in report.documents] == ["supply.txt", "services.txt"]
+    # each document's own section tree: "1." restarts in the second, and is not nested in the first
+    assert [(s["document"], s["number"]) for s in report.sections if s["level"] == 1] == [
+        (d, n) for d in (0, 1) for n in ("1", "2", "3")]
     assert report.stats["prefills_on_replica"] >= 1
     assert sorted((c.document, c.kind) for c in report.clauses) == [
         (d, k) for d in (0, 1) for k in ("governing_law", "payment", "termination")]
