@@ -148,7 +148,11 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
     OperativeLexicon(
         "assignment",
         core=_rx(r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+\s+){0,3}(?:assign|transfer)\b",
-                 r"\bassign\w*\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b"),
+                 r"\bassign\w*\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b",
+                 # a permission with its condition is the restriction too: "may transfer ... only if the
+                 # other party agrees", "may assign ... provided that ...", "subject to the prior consent"
+                 r"\bmay\s+(?:\w+\s+){0,3}(?:assign|transfer)\b[^.;]{0,160}\b(?:only\s+(?:if|with|upon|after)|"
+                 r"provided\s+that|subject\s+to|with\s+(?:the\s+)?(?:prior\s+)?(?:written\s+)?consent)\b"),
         related=_rx(r"\binure\s+to\s+the\s+benefit\b|\bbinding\s+(?:up)?on\b", r"\b(?:null\s+and\s+)?void\b"),
         related_unless_core=True,  # "may not assign without consent; any other assignment is void" is the restriction
     ),

@@ -107,3 +107,10 @@ def test_the_related_provisions_still_make_their_kind_found():
             "9. Venue\n\nAll disputes shall be heard by the courts of Ontario, which have exclusive jurisdiction.\n")
     chosen = rules_only(parse_structure(text), ["payment", "governing_law"])
     assert chosen["payment"] is not None
+
+
+def test_a_permission_to_assign_with_its_condition_is_the_restriction():
+    text = ("7. Transfer\n\nA party may transfer all of its rights under this Agreement to another party only if "
+            "that party agrees in writing to be bound by these terms.\n\nA party may not transfer a portion of "
+            "its licence to a third party.\n")
+    assert _best(text, "assignment").startswith("A party may transfer all of its rights")
