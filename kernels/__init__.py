@@ -4,6 +4,8 @@ Public API:
     attend_selected(q, k_pages, v_pages, block_table, num_blocks, slot_lens, scale,
                     softcap=None, impl="auto") -> (out, lse)
     attend_selected_reference(...)   plain-PyTorch ground truth of the above
+    attend_selected_quant(q, k: QuantPages, v: QuantPages, ...)   the same over fp8/int8 pages
+                                     (kernels.kv_quant: quantize_pages, dequantize_pages)
     dense_attention_reference(q, k, v, scale, causal_offset=None, softcap=None)
     merge_attention(out_a, lse_a, out_b, lse_b), merge_many(outs, lses)
 
@@ -34,12 +36,13 @@ if __name__ == "kernels":  # pragma: no cover - exercised in subprocesses by tes
     if _spec.loader is not None:
         _spec.loader.exec_module(_module)
 else:
-    from .attend_selected import attend_selected
+    from .attend_selected import attend_selected, attend_selected_quant
     from .merge import merge_attention, merge_many
     from .reference import attend_selected_reference, dense_attention_reference
 
 __all__ = [
     "attend_selected",
+    "attend_selected_quant",
     "attend_selected_reference",
     "dense_attention_reference",
     "merge_attention",

@@ -9,6 +9,10 @@ This module only validates inputs and picks an implementation:
   ``NotImplementedError`` when the layout does not fit).
 * ``"auto"``   – flash if it fits, else Triton on CUDA, else torch.
 
+:func:`attend_selected_quant` is the same attention over fp8/int8 pages with scales
+(:mod:`kernels.kv_quant`): ``"reference"`` (dequantise, then the float32 reference), ``"triton"``
+(:mod:`kernels.triton_attend_quant`, dequantising in registers) or ``"auto"``.
+
 Triton and flash-attn are imported lazily, so ``import kernels`` works on a
 machine with neither.
 """
@@ -21,11 +25,13 @@ import math
 import torch
 from torch import Tensor
 
-from .reference import attend_selected_reference
+from .kv_quant import QuantPages
+from .reference import attend_selected_quant_reference, attend_selected_reference
 
-__all__ = ["attend_selected", "IMPLS"]
+__all__ = ["attend_selected", "attend_selected_quant", "IMPLS", "QUANT_IMPLS"]
 
 IMPLS = ("auto", "torch", "triton", "flash")
+QUANT_IMPLS = ("auto", "reference", "torch", "triton")  # "torch" = "reference", as in attend_selected
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -33,10 +39,13 @@ def _shape(t: Tensor) -> str:
     return str(tuple(t.shape))
 
 
-def _validate(q, k_pages, v_pages, block_table, num_blocks, slot_lens, scale, softcap, impl) -> None:
-    """Raise ValueError with a precise message for anything the kernels cannot take."""
-    if impl not in IMPLS:
-        raise ValueError(f"attend_selected: impl must be one of {IMPLS}, got {impl!r}")
+def _validate(q, k_pages, v_pages, block_table, num_blocks, slot_lens, scale, softcap, impl,
+              kv_dtypes: tuple | None = None, impls: tuple = IMPLS) -> None:
+    """Raise ValueError with a precise message for anything the kernels cannot take.
+
+    kv_dtypes: None for float pages of q's dtype, else the dtypes quantised pages may have."""
+    if impl not in impls:
+        raise ValueError(f"attend_selected: impl must be one of {impls}, got {impl!r}")
     names = ("q", "k_pages", "v_pages", "block_table", "num_blocks", "slot_lens")
     for name, t in zip(names, (q, k_pages, v_pages, block_table, num_blocks, slot_lens)):
         if not isinstance(t, Tensor):
@@ -57,7 +66,11 @@ def _validate(q, k_pages, v_pages, block_table, num_blocks, slot_lens, scale, so
         raise ValueError(f"attend_selected: page size and head dim must be > 0, got P={P}, D={D}")
     if q.dtype not in _FLOAT_DTYPES:
         raise ValueError(f"attend_selected: q dtype must be float32/float16/bfloat16, got {q.dtype}")
-    if k_pages.dtype != q.dtype or v_pages.dtype != q.dtype:
+    if kv_dtypes is not None:
+        if k_pages.dtype not in kv_dtypes or v_pages.dtype not in kv_dtypes:
+            raise ValueError(f"attend_selected: quantised k/v dtypes must be in {kv_dtypes}, "
+                             f"got {k_pages.dtype}/{v_pages.dtype}")
+    elif k_pages.dtype != q.dtype or v_pages.dtype != q.dtype:
         raise ValueError(
             f"attend_selected: k_pages/v_pages dtype ({k_pages.dtype}/{v_pages.dtype}) must equal q dtype ({q.dtype})"
         )
@@ -195,3 +208,51 @@ def attend_selected(
         if tri is not None:
             return tri.triton_attend_selected(*args)
     return attend_selected_reference(*args)
+
+
+def attend_selected_quant(
+    q: Tensor,
+    k_pages: QuantPages,
+    v_pages: QuantPages,
+    block_table: Tensor,
+    num_blocks: Tensor,
+    slot_lens: Tensor,
+    scale: float,
+    softcap: float | None = None,
+    impl: str = "auto",
+) -> tuple[Tensor, Tensor]:
+    """:func:`attend_selected` over quantised pools: the same contract, with K and V as
+    :class:`~agentctx.kernels.kv_quant.QuantPages` ``(data (S, P, Hkv, D) fp8 e4m3 / int8, float32
+    scale)`` at any granularity (K and V may differ in dtype and granularity).
+
+    impl: "reference" (or "torch"): dequantise to float32 and run the float32 reference;
+    "triton": dequantise in registers (CUDA, or CPU under ``TRITON_INTERPRET=1``); "auto": Triton
+    on CUDA when it imports, else the reference. Scales must be finite for every valid token
+    (``quantize_pages`` guarantees it); tokens past ``slot_lens`` and their scales are never read.
+    """
+    if not isinstance(k_pages, QuantPages) or not isinstance(v_pages, QuantPages):
+        raise ValueError("attend_selected_quant: k_pages and v_pages must be QuantPages (see kernels.kv_quant)")
+    k_pages.check("attend_selected_quant: k_pages")
+    v_pages.check("attend_selected_quant: v_pages")
+    _validate(q, k_pages.data, v_pages.data, block_table, num_blocks, slot_lens, scale, softcap, impl,
+              kv_dtypes=(torch.float8_e4m3fn, torch.int8), impls=QUANT_IMPLS)
+    softcap = float(softcap) if softcap else None
+    args = (q, k_pages, v_pages, block_table, num_blocks, slot_lens, float(scale), softcap)
+    if impl in ("reference", "torch"):
+        return attend_selected_quant_reference(*args)
+    if impl == "triton" or q.device.type == "cuda":
+        try:
+            tri = _triton_impl()
+        except RuntimeError:
+            if impl == "triton":
+                raise
+            return attend_selected_quant_reference(*args)
+        if q.device.type != "cuda" and not tri.INTERPRET:
+            raise RuntimeError(
+                f"attend_selected_quant(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
+                "(or TRITON_INTERPRET=1 set before kernels.triton_attend is imported)"
+            )
+        from .triton_attend_quant import triton_attend_selected_quant
+
+        return triton_attend_selected_quant(*args)
+    return attend_selected_quant_reference(*args)

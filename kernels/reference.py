@@ -17,9 +17,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .kv_quant import QuantPages, dequantize_pages
 from .merge import merge_many
 
-__all__ = ["attend_selected_reference", "dense_attention_reference", "attention_core"]
+__all__ = [
+    "attend_selected_reference", "attend_selected_quant_reference", "dense_attention_reference", "attention_core",
+]
 
 # Upper bound on the number of float32 score elements materialised at once;
 # longer key sets are processed in chunks and combined with an exact LSE merge.
@@ -169,3 +172,21 @@ def dense_attention_reference(
         mask = torch.arange(T, device=q.device)[None, None, :] <= qpos[:, :, None]  # (B, Tq, T)
     out, lse = attention_core(q, k, v, scale, softcap, mask)
     return out.to(q.dtype), lse
+
+
+def attend_selected_quant_reference(
+    q: Tensor,
+    k_pages: QuantPages,
+    v_pages: QuantPages,
+    block_table: Tensor,
+    num_blocks: Tensor,
+    slot_lens: Tensor,
+    scale: float,
+    softcap: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`~agentctx.kernels.attend_selected.attend_selected_quant` in float32 PyTorch: the pools
+    (:class:`~agentctx.kernels.kv_quant.QuantPages`) dequantised to float32, then
+    :func:`attend_selected_reference`. Dequantises the whole pool: a reference, not a fast path."""
+    k = dequantize_pages(k_pages.data, k_pages.scale, torch.float32)
+    v = dequantize_pages(v_pages.data, v_pages.scale, torch.float32)
+    return attend_selected_reference(q, k, v, block_table, num_blocks, slot_lens, scale, softcap)

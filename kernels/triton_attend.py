@@ -28,6 +28,7 @@ used by the tests on machines without a GPU).
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -311,6 +312,59 @@ def _merge_block_d(rows: int, block_d: int, n_sm: int) -> int:
     return min(16, block_d)
 
 
+class _Plan(NamedTuple):
+    """How a call is cut into programs (shared with :mod:`kernels.triton_attend_quant`)."""
+
+    config: TritonConfig
+    block_d: int
+    chunks_per_page: int
+    chunks_per_split: int
+    num_splits: int  # every split gets chunks_per_split chunks (the last may reach past the row)
+    m_tiles: int
+
+
+def _plan_launch(q: Tensor, pool_shape, M: int, config: TritonConfig | None) -> _Plan:
+    B, Tq, Hq, D = q.shape
+    S, P, Hkv, _ = pool_shape
+    if config is None:
+        config = choose_config(B, Tq, Hq, Hkv, D, P, M, q.device)
+    chunks_per_page = -(-P // config.block_n)
+    total_chunks = max(1, M * chunks_per_page)
+    chunks_per_split = -(-total_chunks // max(1, config.num_splits))
+    m_tiles = -(-(Tq * (Hq // Hkv)) // config.block_m)
+    if B and Tq and (B * Hkv > 65535 or m_tiles > 65535):  # CUDA limit on grid dims 1 and 2
+        raise ValueError(f"triton_attend_selected: B * Hkv = {B * Hkv} and query tiles = {m_tiles} must be <= 65535")
+    return _Plan(config, _next_pow2(max(D, 16)), chunks_per_page, chunks_per_split,
+                 -(-total_chunks // chunks_per_split), m_tiles)
+
+
+def _outputs(q: Tensor, plan: _Plan) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """out, lse and the fp32 split partials (out/lse themselves as placeholders with one split)."""
+    B, Tq, Hq, D = q.shape
+    out = torch.empty(B, Tq, Hq, D, dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, Tq, Hq, dtype=torch.float32, device=q.device)
+    if plan.num_splits == 1 or out.numel() == 0:
+        return out, lse, out, lse
+    op = torch.empty(B, plan.num_splits, Tq, Hq, D, dtype=torch.float32, device=q.device)
+    lsep = torch.empty(B, plan.num_splits, Tq, Hq, dtype=torch.float32, device=q.device)
+    return out, lse, op, lsep
+
+
+def _merge(op: Tensor, lsep: Tensor, out: Tensor, lse: Tensor, plan: _Plan) -> None:
+    B, Tq, Hq, D = out.shape
+    num_splits = plan.num_splits
+    block_dr = _merge_block_d(B * Tq * Hq, plan.block_d, _sm_count(out.device))
+    block_s = min(64, _next_pow2(num_splits))
+    _merge_splits_kernel[(B * Tq * Hq, -(-D // block_dr))](
+        op, lsep, out, lse,
+        out.stride(0), out.stride(1), out.stride(2),
+        lse.stride(0), lse.stride(1), lse.stride(2),
+        Tq, num_splits,
+        HQ=Hq, D=D, BLOCK_DR=block_dr, BLOCK_S=block_s,
+        num_warps=4 if block_s * block_dr >= 2048 else 2,
+    )
+
+
 def triton_attend_selected(
     q: Tensor,
     k_pages: Tensor,
@@ -326,37 +380,17 @@ def triton_attend_selected(
     (inputs validated there; k_pages/v_pages need unit stride on D). ``config``: an explicit
     :class:`TritonConfig` (default :func:`choose_config`).
     """
-    B, Tq, Hq, D = q.shape
-    S, P, Hkv, _ = k_pages.shape
-    M = block_table.shape[1]
-    group = Hq // Hkv
-    if config is None:
-        config = choose_config(B, Tq, Hq, Hkv, D, P, M, q.device)
-    block_d = _next_pow2(max(D, 16))
-    chunks_per_page = -(-P // config.block_n)
-    total_chunks = max(1, M * chunks_per_page)
-    chunks_per_split = -(-total_chunks // max(1, config.num_splits))
-    num_splits = -(-total_chunks // chunks_per_split)
-    rows = Tq * group
-    m_tiles = -(-rows // config.block_m)
-
-    # The kernel indexes these two with unit stride.
-    num_blocks = num_blocks.contiguous()
+    plan = _plan_launch(q, k_pages.shape, block_table.shape[1], config)
+    num_blocks = num_blocks.contiguous()  # the kernel indexes these two with unit stride
     slot_lens = slot_lens.contiguous()
-    out = torch.empty(B, Tq, Hq, D, dtype=q.dtype, device=q.device)
-    lse = torch.empty(B, Tq, Hq, dtype=torch.float32, device=q.device)
-    if B == 0 or Tq == 0:
+    out, lse, op, lsep = _outputs(q, plan)
+    if out.numel() == 0:
         return out, lse
-    if B * Hkv > 65535 or m_tiles > 65535:  # CUDA limit on grid dims 1 and 2
-        raise ValueError(f"triton_attend_selected: B * Hkv = {B * Hkv} and query tiles = {m_tiles} must be <= 65535")
-    direct = num_splits == 1
-    if direct:
-        op, lsep = out, lse  # unused placeholders
-    else:
-        op = torch.empty(B, num_splits, Tq, Hq, D, dtype=torch.float32, device=q.device)
-        lsep = torch.empty(B, num_splits, Tq, Hq, dtype=torch.float32, device=q.device)
+    B, Tq, Hq, D = q.shape
+    Hkv = k_pages.shape[2]
+    config, num_splits, direct = plan.config, plan.num_splits, plan.num_splits == 1
     use_softcap = bool(softcap)
-    _attend_pages_kernel[(num_splits, B * Hkv, m_tiles)](
+    _attend_pages_kernel[(num_splits, B * Hkv, plan.m_tiles)](
         q, k_pages, v_pages, block_table, num_blocks, slot_lens,
         out, lse, op, lsep,
         q.stride(0), q.stride(1), q.stride(2),
@@ -365,10 +399,10 @@ def triton_attend_selected(
         block_table.stride(0), block_table.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         lse.stride(0), lse.stride(1), lse.stride(2),
-        Tq, chunks_per_split, num_splits,
+        Tq, plan.chunks_per_split, num_splits,
         float(scale), float(softcap) if use_softcap else 1.0,
-        HQ=Hq, HKV=Hkv, GROUP=group, D=D, BLOCK_D=block_d, P=P,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, CHUNKS_PER_PAGE=chunks_per_page,
+        HQ=Hq, HKV=Hkv, GROUP=Hq // Hkv, D=D, BLOCK_D=plan.block_d, P=k_pages.shape[1],
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, CHUNKS_PER_PAGE=plan.chunks_per_page,
         USE_SOFTCAP=use_softcap, DIRECT_OUT=direct,
         # fp32 inputs would otherwise go through TF32 (~1e-3 error).
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
@@ -377,14 +411,5 @@ def triton_attend_selected(
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if not direct:
-        block_dr = _merge_block_d(B * Tq * Hq, block_d, _sm_count(q.device))
-        block_s = min(64, _next_pow2(num_splits))
-        _merge_splits_kernel[(B * Tq * Hq, -(-D // block_dr))](
-            op, lsep, out, lse,
-            out.stride(0), out.stride(1), out.stride(2),
-            lse.stride(0), lse.stride(1), lse.stride(2),
-            Tq, num_splits,
-            HQ=Hq, D=D, BLOCK_DR=block_dr, BLOCK_S=block_s,
-            num_warps=4 if block_s * block_dr >= 2048 else 2,
-        )
+        _merge(op, lsep, out, lse, plan)
     return out, lse

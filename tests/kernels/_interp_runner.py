@@ -4,7 +4,8 @@ Used by test_triton_interpret.py in a subprocess, because TRITON_INTERPRET must
 be set before kernels.triton_attend is imported (Triton chooses interpreter vs
 compiler at decoration time) and must not leak into GPU tests of the parent.
 
-Usage: TRITON_INTERPRET=1 python -m tests.kernels._interp_runner
+Usage: TRITON_INTERPRET=1 python -m tests.kernels._interp_runner [quant]
+        (no argument: the cases of test_triton_interpret.py; "quant": those of test_attend_quant.py)
 Output: {"case-id": "ok" | "<error text>", ...}
 """
 
@@ -22,16 +23,25 @@ def main() -> int:
         return 2
     from agentctx.kernels import triton_attend, triton_rmsnorm, triton_tail, triton_union  # noqa: F401  (decorated under the interpreter)
 
+    if sys.argv[1:] == ["quant"]:
+        from ._quant_cases import quant_cases, run_quant_case
+
+        return _run([(f"quant-{name}", run_quant_case, spec) for name, spec in quant_cases().items()])
+
     from ._rmsnorm_cases import rmsnorm_cases, run_rmsnorm_case
     from ._tail_cases import run_tail_case, tail_cases
     from ._triton_grid import interpreter_cases, run_case
     from ._union_cases import run_union_case, union_cases
 
-    results = {}
     checks = [(name, run_case, spec) for name, spec in interpreter_cases().items()]
     checks += [(f"rmsnorm-{name}", run_rmsnorm_case, spec) for name, spec in rmsnorm_cases().items()]
     checks += [(f"tail-{name}", run_tail_case, spec) for name, spec in tail_cases().items()]
     checks += [(f"union-{name}", run_union_case, spec) for name, spec in union_cases().items()]
+    return _run(checks)
+
+
+def _run(checks) -> int:
+    results = {}
     for name, check, spec in checks:
         try:
             check(spec, device="cpu")

@@ -1,0 +1,210 @@
+"""Triton kernel: attention over selected pages whose K/V are fp8 (e4m3) or int8 with float32 scales.
+
+The sibling of :mod:`kernels.triton_attend`'s ``_attend_pages_kernel`` for the page format of
+:mod:`kernels.kv_quant`; it shares that module's launch plan (chunks, splits, M tiles), its
+launch heuristics and its split merge, so only the page loop differs. The bf16 kernel is left
+as it was: folding the scale paths into it as constexpr branches would compile to the same code,
+but would make the hot kernel harder to read for a format that is still being evaluated.
+
+Dequantisation happens in registers and costs no rounding of its own where it can:
+
+* Tiles are converted to the query's dtype for ``tl.dot``. fp8 e4m3 and int8 (|x| <= 127) are
+  exact in bf16/fp16, so the tensor cores see exactly the stored values, and a scale shared by a
+  whole row or column of the product is applied in fp32 outside it:
+  - K ``page_head``: one scalar times the score tile; ``token_head``: times the score columns;
+    ``channel``: folded into the query (q * scale_d, rounded once to q's dtype; 2^-9 relative
+    in bf16, far under int8's step).
+  - V ``page_head``: the scalar times ``p @ v``; ``channel``: the columns of ``p @ v``;
+    ``token_head``: folded into ``p`` before its cast to the dot dtype (the bf16 kernel casts
+    ``p`` there too).
+* Scale loads are masked like the K/V loads (``tok < slot_lens``), with 0 elsewhere, so garbage
+  scales of unused tokens or of an empty page never meet a zero tile (0 * NaN would be NaN).
+
+Like the bf16 kernel it runs in Triton's CPU interpreter when ``TRITON_INTERPRET=1`` is set
+before import (the interpreter loads fp8 and int8; its bf16 ``tl.dot`` is wrong, so operands are
+upcast to fp32 there).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .kv_quant import GRANULARITIES, QuantPages
+from .triton_attend import INTERPRET, TritonConfig, _merge, _outputs, _plan_launch
+
+__all__ = ["triton_attend_selected_quant", "SCALE_MODE"]
+
+# constexpr codes of the granularities in the kernel
+SCALE_MODE = {g: i + 1 for i, g in enumerate(GRANULARITIES)}  # page_head 1, token_head 2, channel 3
+
+
+@triton.jit(do_not_specialize=["chunks_per_split", "num_splits"])
+def _attend_quant_pages_kernel(
+    Q, K, V, KS, VS, BT, NB, SL,
+    O, LSE, OP, LSEP,
+    stride_qb, stride_qt, stride_qh,
+    stride_ks, stride_kp, stride_kh,
+    stride_vs, stride_vp, stride_vh,
+    stride_kss, stride_ksp, stride_ksh, stride_ksd,
+    stride_vss, stride_vsp, stride_vsh, stride_vsd,
+    stride_btb, stride_btm,
+    stride_ob, stride_ot, stride_oh,
+    stride_lb, stride_lt, stride_lh,
+    Tq, chunks_per_split, num_splits,
+    qk_scale, softcap,
+    HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, P: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_PER_PAGE: tl.constexpr,
+    K_MODE: tl.constexpr, V_MODE: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, DIRECT_OUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    """Grid (num_splits, B * HKV, m_tiles), as ``_attend_pages_kernel``; K_MODE/V_MODE: SCALE_MODE."""
+    split = tl.program_id(0)
+    bh = tl.program_id(1)
+    mt = tl.program_id(2)
+    b = bh // HKV
+    kvh = bh % HKV
+
+    rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)
+    t = rows // GROUP
+    h = kvh * GROUP + rows % GROUP
+    row_mask = rows < Tq * GROUP
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < D
+    offs_n = tl.arange(0, BLOCK_N)
+
+    q_ptrs = Q + b.to(tl.int64) * stride_qb + t[:, None] * stride_qt + h[:, None] * stride_qh + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+    if UPCAST_DOT:
+        q = q.to(tl.float32)
+
+    nb = tl.load(NB + b)
+    c_start = split * chunks_per_split
+    c_end = tl.minimum(c_start + chunks_per_split, nb * CHUNKS_PER_PAGE)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    bt_row = BT + b.to(tl.int64) * stride_btb
+    for c in range(c_start, c_end):
+        page = c // CHUNKS_PER_PAGE
+        sub = c % CHUNKS_PER_PAGE
+        slot = tl.load(bt_row + page * stride_btm).to(tl.int64)
+        slen = tl.load(SL + slot)
+        tok = sub * BLOCK_N + offs_n
+        n_mask = (tok < slen) & (tok < P)
+        any_tok = sub * BLOCK_N < slen  # a page-level scale is read only for a chunk with tokens
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k = tl.load(K + slot * stride_ks + tok[:, None] * stride_kp + kvh * stride_kh + offs_d[None, :],
+                    mask=kv_mask, other=0.0).to(q.dtype)
+        ks_base = KS + slot * stride_kss + kvh * stride_ksh
+        if K_MODE == 3:  # channel: scale the query's columns instead of the (larger) K tile
+            ks = tl.load(ks_base + offs_d * stride_ksd, mask=d_mask & any_tok, other=0.0)
+            qk = (q.to(tl.float32) * ks[None, :]).to(q.dtype)
+            s = tl.dot(qk, tl.trans(k), input_precision=DOT_PRECISION)
+        else:
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+            if K_MODE == 1:
+                s = s * tl.load(ks_base, mask=any_tok, other=0.0)
+            else:
+                s = s * tl.load(ks_base + tok * stride_ksp, mask=n_mask, other=0.0)[None, :]
+        if USE_SOFTCAP:
+            x = s * (qk_scale / softcap)
+            th = 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)  # tanh without NaN at +-inf
+            s = th * (softcap * 1.4426950408889634)
+        else:
+            s = s * (qk_scale * 1.4426950408889634)
+        s = tl.where(n_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(V + slot * stride_vs + tok[:, None] * stride_vp + kvh * stride_vh + offs_d[None, :],
+                    mask=kv_mask, other=0.0).to(q.dtype)
+        vs_base = VS + slot * stride_vss + kvh * stride_vsh
+        if V_MODE == 2:  # token_head: the scale weights p's columns
+            vs = tl.load(vs_base + tok * stride_vsp, mask=n_mask, other=0.0)
+            pv = tl.dot((p * vs[None, :]).to(q.dtype), v, input_precision=DOT_PRECISION)
+        else:
+            pv = tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
+            if V_MODE == 1:
+                pv = pv * tl.load(vs_base, mask=any_tok, other=0.0)
+            else:
+                pv = pv * tl.load(vs_base + offs_d * stride_vsd, mask=d_mask & any_tok, other=0.0)[None, :]
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    has = l_i > 0.0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    if DIRECT_OUT:
+        o_ptrs = O + b.to(tl.int64) * stride_ob + t[:, None] * stride_ot + h[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
+        tl.store(LSE + b.to(tl.int64) * stride_lb + t * stride_lt + h * stride_lh, lse, mask=row_mask)
+    else:
+        prow = ((b.to(tl.int64) * num_splits + split) * Tq + t) * HQ + h
+        tl.store(OP + prow[:, None] * D + offs_d[None, :], out, mask=row_mask[:, None] & d_mask[None, :])
+        tl.store(LSEP + prow, lse, mask=row_mask)
+
+
+def _scale_strides(pages: QuantPages) -> tuple[int, int, int, int]:
+    """The scale's strides with 0 on its broadcast (size-1) axes."""
+    return tuple(0 if n == 1 else st for n, st in zip(pages.scale.shape, pages.scale.stride()))
+
+
+def triton_attend_selected_quant(
+    q: Tensor,
+    k_pages: QuantPages,
+    v_pages: QuantPages,
+    block_table: Tensor,
+    num_blocks: Tensor,
+    slot_lens: Tensor,
+    scale: float,
+    softcap: float | None = None,
+    config: TritonConfig | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`~agentctx.kernels.attend_selected.attend_selected_quant` through the paged split-K
+    kernels (inputs validated there). ``config``: an explicit :class:`TritonConfig` (default
+    :func:`~agentctx.kernels.triton_attend.choose_config`, the bf16 heuristics: the same tokens
+    per tile, half the bytes).
+    """
+    kd, vd = k_pages.data, v_pages.data
+    plan = _plan_launch(q, kd.shape, block_table.shape[1], config)
+    num_blocks = num_blocks.contiguous()
+    slot_lens = slot_lens.contiguous()
+    out, lse, op, lsep = _outputs(q, plan)
+    if out.numel() == 0:
+        return out, lse
+    B, Tq, Hq, D = q.shape
+    Hkv = kd.shape[2]
+    config, num_splits, direct = plan.config, plan.num_splits, plan.num_splits == 1
+    use_softcap = bool(softcap)
+    _attend_quant_pages_kernel[(num_splits, B * Hkv, plan.m_tiles)](
+        q, kd, vd, k_pages.scale, v_pages.scale, block_table, num_blocks, slot_lens,
+        out, lse, op, lsep,
+        q.stride(0), q.stride(1), q.stride(2),
+        kd.stride(0), kd.stride(1), kd.stride(2),
+        vd.stride(0), vd.stride(1), vd.stride(2),
+        *_scale_strides(k_pages), *_scale_strides(v_pages),
+        block_table.stride(0), block_table.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        lse.stride(0), lse.stride(1), lse.stride(2),
+        Tq, plan.chunks_per_split, num_splits,
+        float(scale), float(softcap) if use_softcap else 1.0,
+        HQ=Hq, HKV=Hkv, GROUP=Hq // Hkv, D=D, BLOCK_D=plan.block_d, P=kd.shape[1],
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, CHUNKS_PER_PAGE=plan.chunks_per_page,
+        K_MODE=SCALE_MODE[k_pages.granularity], V_MODE=SCALE_MODE[v_pages.granularity],
+        USE_SOFTCAP=use_softcap, DIRECT_OUT=direct,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if not direct:
+        _merge(op, lsep, out, lse, plan)
+    return out, lse
