@@ -188,7 +188,8 @@ def build_report(result: PipelineResult, replica_info: dict, *, text: str | None
         "model_calls": calls,
         "effective_context_utilization": round(attended / context, 4) if context else None,
         "clauses_found": sum(c.present for c in clauses),
-        "clauses_not_found": [c.kind for c in clauses if not c.present],
+        "clauses_not_found": [c.kind if c.document is None or not cases else f"{c.kind} ({cases[c.document].name})"
+                              for c in clauses if not c.present],
         "model_choices": {"asked": sum(c.model_agrees is not None for c in clauses),
                           "agreed_with_rules": sum(c.model_agrees is True for c in clauses),
                           "moved_the_pick": sum(c.chosen_by == "model" for c in clauses)},
