@@ -80,14 +80,18 @@ class Context:
         return [list(range(s, min(s + section_pages, n))) for s in range(0, n, section_pages)]
 
     # ------------------------------------------------------------------ planning
-    def plan(self, query: str, policy: SelectionPolicy | None = None) -> AttendPlan:
+    def plan(self, query: str, policy: SelectionPolicy | None = None,
+             scope: tuple[int, int] | None = None) -> AttendPlan:
+        """Pages for ``query``. ``scope``: a char range (one document of a case file) that retrieval
+        keeps to; the sink page and the recent window are attended as always."""
         policy = policy or self.policy
         call = self.retrieval.plan
+        kw = {} if scope is None else {"scope": (int(scope[0]), int(scope[1]))}
         if hasattr(call, "remote"):
             import ray
 
-            return ray.get(call.remote(self.context_id, self.tenant, query, policy))
-        return call(self.context_id, self.tenant, query, policy)
+            return ray.get(call.remote(self.context_id, self.tenant, query, policy, **kw))
+        return call(self.context_id, self.tenant, query, policy, **kw)
 
     def pages_plan(self, pages: list[int], policy: SelectionPolicy | None = None) -> AttendPlan:
         """A plan over given pages (e.g. one section) plus the policy's sink and recent pages."""

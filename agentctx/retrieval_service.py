@@ -60,11 +60,13 @@ class RetrievalService:
         with self._lock:
             return self._indices[context_id]
 
-    def plan(self, context_id: str, tenant: str, query: str, policy: SelectionPolicy) -> AttendPlan:
+    def plan(self, context_id: str, tenant: str, query: str, policy: SelectionPolicy,
+             scope: tuple[int, int] | None = None) -> AttendPlan:
+        """The attend plan of ``query``; ``scope`` (a char range) keeps retrieval inside it."""
         if policy.page_size_tokens != self.page_size:
             raise ValueError(f"policy page size {policy.page_size_tokens} != context page size {self.page_size}")
         idx = self._index(context_id, tenant)
-        return plan(query, idx, idx.num_pages, idx.last_page_len, policy)
+        return plan(query, idx, idx.num_pages, idx.last_page_len, policy, scope=scope)
 
     def rank_texts(self, query: str, texts: list[str]) -> list[float]:
         """Cosine similarity of each text to the query (embeddings cached like chunks)."""

@@ -9,6 +9,13 @@ run as a secondary row with ``--synthetic``.
 
     python -m bench.bench_selection --sizes 32k,128k --out sel.json
     python -m bench.bench_selection --sizes 1m --methods hybrid
+    python -m bench.bench_selection --devset casefile --sizes 32k --methods hybrid --scope named
+
+``--devset casefile`` runs the case-file set (``bench/devsets/casefile``: real agreements inside
+real documentation); ``--scope`` plans a question that names one agreement within it (``named``:
+the document ``agentctx.agents.question_scope`` finds from ``documents_of``; ``given``: the set's
+own span for the questions marked as naming it). ``--index`` / ``--no-evidence-pages`` switch the
+issue-32 scoring off for a before/after in one tree (``--index caption_penalty=0,clause_words=0``).
 """
 
 from __future__ import annotations
@@ -64,7 +71,8 @@ def fact_pages(offsets: list[tuple[int, int]], start: int, end: int, page_size: 
 
 
 def evaluate(name: str, size: str, text: str, facts: list[tuple[str, int, int]], tok: Any,
-             args: argparse.Namespace, cache: Path) -> list[Row]:
+             args: argparse.Namespace, cache: Path,
+             scopes: list[tuple[int, int] | None] | None = None) -> list[Row]:
     """Index ``text`` once (cold embedding cache: the build time is real), then plan every question."""
     from agentctx.retrieval.document import DocumentIndex
     from agentctx.retrieval.embedding import Embedder
@@ -76,20 +84,23 @@ def evaluate(name: str, size: str, text: str, facts: list[tuple[str, int, int]],
     emb = Embedder(cache_dir=cache if args.cache_dir else cache / f"{name}-{size}")
     _ = emb.encoder  # load (and export) the encoder outside the timed build
     t0 = time.perf_counter()
-    idx = DocumentIndex(text, offsets, embedder=emb, page_size=args.page_size)
+    idx = DocumentIndex(text, offsets, embedder=emb, page_size=args.page_size, **args.index)
     build_s = time.perf_counter() - t0
     s = idx.stats
-    print(f"  {name} {size}: {idx.num_tokens:,} tokens, {idx.num_pages} pages, {s.num_passages} passages; "
+    print(f"  {name} {size}: {idx.num_tokens:,} tokens, {idx.num_pages} pages, {s.num_passages} passages "
+          f"+ {s.num_windows} clause windows; "
           f"build {build_s:.1f}s (passages {s.chunk_seconds:.1f}, bm25 {s.lexical_seconds:.1f}, "
           f"embed {s.embed_seconds:.1f}, index {s.index_seconds:.1f}) = "
           f"{build_s / idx.num_tokens * 1e5:.1f}s per 100K tokens", flush=True)
     rows = []
     for method in args.methods:
         row = Row(name, size, method, idx.num_tokens, idx.num_pages, build_s=build_s)
-        for question, a, b in facts:
+        for i, (question, a, b) in enumerate(facts):
+            scope = scopes[i] if scopes else None
             want = fact_pages(offsets, a, b, args.page_size)
             emb._memo.clear()  # a new question: its embedding is part of the plan's latency
-            ranked = idx.retrieve(question, idx.num_pages, method=method).pages.tolist()
+            kw = {} if scope is None else {"scope": scope}
+            ranked = idx.retrieve(question, idx.num_pages, method=method, **kw).pages.tolist()
             pos = {p: i for i, p in enumerate(ranked)}
             row.ranks.append(max(pos.get(p, idx.num_pages) for p in want) / idx.num_pages)
             row.questions += 1
@@ -98,19 +109,42 @@ def evaluate(name: str, size: str, text: str, facts: list[tuple[str, int, int]],
                 # so the memo may not answer it (queries never use the disk cache).
                 pol = SelectionPolicy(budget_fraction=budget, top_k_pages=None, sink_pages=1,
                                       recent_tokens=args.recent_tokens, page_size_tokens=args.page_size,
-                                      method=method)
+                                      method=method, evidence_pages=args.evidence_pages)
                 emb._memo.clear()
                 t = time.perf_counter()
-                p = plan(question, idx, idx.num_pages, idx.last_page_len, pol)
+                p = plan(question, idx, idx.num_pages, idx.last_page_len, pol, scope=scope)
                 ms = (time.perf_counter() - t) * 1e3
                 if budget == args.budgets[-1]:
                     row.plan_ms.append(ms)
                 ok = all(pg in p.pages for pg in want)
                 row.hits[str(budget)] = row.hits.get(str(budget), 0) + ok
-                if not ok and budget == args.budgets[-1]:
-                    row.misses.append(f"rank {pos.get(want[0], -1)}/{idx.num_pages}: {question}")
+                if not ok:
+                    worst = max(pos.get(pg, idx.num_pages) for pg in want)
+                    row.misses.append(f"@{budget:.0%} rank {worst}/{idx.num_pages} pages {want}: {question}")
         rows.append(row)
     return rows
+
+
+def _kwargs(s: str) -> dict[str, float | int]:
+    out: dict[str, float | int] = {}
+    for kv in filter(None, s.split(",")):
+        k, v = kv.split("=")
+        out[k.strip()] = float(v) if "." in v else int(v)
+    return out
+
+
+def question_scopes(doc: Any, how: str) -> list[tuple[int, int] | None] | None:
+    """Per fact, the char span to plan within (``None``: the whole text)."""
+    if how == "none":
+        return None
+    if how == "given":
+        return [doc.spans[f.doc] if getattr(f, "names", False) else None for f in doc.facts]
+    from agentctx.agents.question_scope import question_document
+    from agentctx.retrieval.documents import documents_of
+
+    parts = documents_of(doc.text)
+    found = [question_document(f.question, parts) for f in doc.facts]
+    return [(p.start, p.end) if p is not None else None for p in found]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -155,9 +189,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="also the tests/fixtures/contracts.py generator (secondary)")
     ap.add_argument("--cache-dir", default="", help="embedding cache root (default: a fresh temp dir: cold build)")
     ap.add_argument("--out", default="", help="write JSON results here")
+    ap.add_argument("--devset", default="selection", choices=["selection", "casefile"], help="which dev set")
+    ap.add_argument("--scope", default="none", choices=["none", "named", "given"],
+                    help="plan a question naming one document within it (casefile set)")
+    ap.add_argument("--index", default="", type=_kwargs, help="DocumentIndex keyword overrides, k=v,k=v")
+    ap.add_argument("--no-evidence-pages", dest="evidence_pages", action="store_false",
+                    help="policy: a retrieved page's evidence does not bring the pages it runs onto")
     args = ap.parse_args(argv)
 
-    import bench.devsets.selection as devset
+    import importlib
+
+    devset = importlib.import_module(f"bench.devsets.{args.devset}")
 
     tok = load_tokenizer()
     cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="agentctx-sel-"))
@@ -168,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         for fam in (args.families.split(",") if args.families else devset.families()):
             doc = devset.build(fam, devset.SIZES[size], tok)
             facts = [(f.question, f.char_start, f.char_end) for f in doc.facts]
-            rows += evaluate(fam, size, doc.text, facts, tok, args, cache)
+            rows += evaluate(fam, size, doc.text, facts, tok, args, cache, question_scopes(doc, args.scope))
         if args.synthetic:
             from tests.fixtures.contracts import generate_contract
 

@@ -10,13 +10,22 @@ for every page it touches, so a fact cut by a boundary brings both halves.
 
 Each passage also carries the heading of the section it sits in ("7.
 Assignment", "LIMITATION OF LIABILITY"): the words a reader would use to find
-it are often in the heading, not in the operative sentence.
+it are often in the heading, not in the operative sentence. A heading line is a
+passage of its own too, marked ``is_heading``, so that scoring can treat it as
+a caption rather than as content (retrieval/document.py).
+
+A long sentence also gets **clause windows** (:func:`clause_windows`): a grant
+listing a dozen rights, one of them "royalty-free", embeds as one vector in
+which that word is a small share; cut at ``;``, ``:``, ``,`` and before
+"and"/"or" into windows of a few clauses, one of them is mostly about it. A
+window scores for its sentence (the sentence stays the unit of evidence).
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -24,7 +33,10 @@ import numpy as np
 from .chunking import page_char_spans
 from .sentences import blocks, sentence_spans
 
-__all__ = ["Passage", "PassageSet", "build_passages"]
+__all__ = ["Passage", "PassageSet", "build_passages", "clause_windows"]
+
+# Where a long sentence is cut into clause windows: after ; : , or before a joining "and"/"or".
+_CLAUSE_CUT = re.compile(r"(?<=[;:,])\s+|\s+(?=(?:and|or|and/or)\s)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +48,7 @@ class Passage:
     first_page: int
     last_page: int
     heading: str
+    is_heading: bool = False  # the passage is a heading line (a caption, not content)
 
 
 @dataclass(frozen=True)
@@ -47,12 +60,24 @@ class PassageSet:
         row_passage: ``(n_rows,)`` passage of each (passage, page) pair, sorted by page.
         row_page: ``(n_rows,)`` page of each pair; a passage on two pages has two rows.
         num_pages: pages of the document.
+        windows: clause windows of long passages, ``(char_start, char_end)`` each.
+        window_passage: ``(n_windows,)`` passage each window belongs to.
     """
 
     passages: tuple[Passage, ...]
     row_passage: np.ndarray
     row_page: np.ndarray
     num_pages: int
+    windows: tuple[tuple[int, int], ...] = ()
+    window_passage: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def window_texts(self, text: str) -> list[str]:
+        return [" ".join(text[a:b].split()) for a, b in self.windows]
+
+    def words(self, text: str) -> np.ndarray:
+        """``(n_passages,)`` words per passage."""
+        return np.fromiter((len(text[p.char_start:p.char_end].split()) for p in self.passages),
+                           dtype=np.int64, count=len(self.passages))
 
     def texts(self, text: str, with_heading: bool = True) -> list[str]:
         """What gets scored: the heading (when it is not the passage itself), then the passage."""
@@ -74,6 +99,37 @@ def _page_of(bounds: list[int], char: int) -> int:
     return max(0, bisect.bisect_right(bounds, char) - 1)
 
 
+def clause_windows(text: str, start: int, end: int, *, min_words: int = 8,
+                   max_words: int = 24) -> list[tuple[int, int]]:
+    """Clause windows of ``text[start:end]``: pieces cut at ``;`` ``:`` ``,`` and before a joining
+    "and"/"or", merged forward until each holds ``min_words`` words (a short tail joins the last
+    window); a piece longer than ``max_words`` is cut every ``max_words`` words. ``[]`` when the
+    span has no cut (it is one clause)."""
+    cuts = [start] + [m.end() if m.group(0).strip() == "" and text[m.start() - 1] in ";:," else m.start()
+                      for m in _CLAUSE_CUT.finditer(text, start, end)] + [end]
+    pieces: list[tuple[int, int]] = []
+    for a, b in zip(cuts, cuts[1:]):
+        words = [m.span() for m in re.finditer(r"\S+", text[a:b])]
+        for i in range(0, len(words), max_words):
+            chunk = words[i:i + max_words]
+            pieces.append((a + chunk[0][0], a + chunk[-1][1]))
+    if len(pieces) < 2:
+        return []
+    out: list[tuple[int, int]] = []
+    cur: tuple[int, int] | None = None
+    for a, b in pieces:
+        cur = (a, b) if cur is None else (cur[0], b)
+        if len(text[cur[0]:cur[1]].split()) >= min_words:
+            out.append(cur)
+            cur = None
+    if cur is not None:
+        if out:
+            out[-1] = (out[-1][0], cur[1])
+        else:
+            out.append(cur)
+    return out if len(out) > 1 else []
+
+
 def build_passages(
     text: str,
     offsets: Sequence[tuple[int, int]],
@@ -81,6 +137,7 @@ def build_passages(
     *,
     max_words: int = 48,
     heading_chars: int = 80,
+    clause_words: int = 0,
 ) -> PassageSet:
     """Cut ``text`` into passages and map each to the pages (of ``page_size`` tokens) it touches.
 
@@ -91,6 +148,8 @@ def build_passages(
         max_words: a passage grows by whole sentences up to this many words (a
             longer sentence is a passage of its own).
         heading_chars: headings are cut to this many characters.
+        clause_words: passages of more than this many words also get clause windows
+            (:func:`clause_windows`); 0: none.
     """
     spans = page_char_spans(offsets, page_size, text_len=len(text))
     if not spans:
@@ -99,14 +158,14 @@ def build_passages(
     passages: list[Passage] = []
     heading = ""
 
-    def add(a: int, b: int) -> None:
+    def add(a: int, b: int, is_heading: bool = False) -> None:
         # The last char of the passage decides its last page (b is exclusive).
-        passages.append(Passage(a, b, _page_of(bounds, a), _page_of(bounds, b - 1), heading))
+        passages.append(Passage(a, b, _page_of(bounds, a), _page_of(bounds, b - 1), heading, is_heading))
 
     for blk in blocks(text):
         if blk.heading:
             heading = " ".join(text[blk.start : blk.end].split())[:heading_chars]
-            add(blk.start, blk.end)
+            add(blk.start, blk.end, True)
             continue
         cur: tuple[int, int] | None = None
         cur_words = 0
@@ -125,4 +184,13 @@ def build_passages(
     rows.sort()
     row_page = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     row_passage = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
-    return PassageSet(tuple(passages), row_passage, row_page, len(spans))
+    windows: list[tuple[int, int]] = []
+    owner: list[int] = []
+    if clause_words > 0:
+        for i, p in enumerate(passages):
+            if not p.is_heading and len(text[p.char_start:p.char_end].split()) > clause_words:
+                w = clause_windows(text, p.char_start, p.char_end)
+                windows += w
+                owner += [i] * len(w)
+    return PassageSet(tuple(passages), row_passage, row_page, len(spans), tuple(windows),
+                      np.asarray(owner, dtype=np.int64))

@@ -8,13 +8,20 @@ question and the latest turns live). The rest is filled by retrieval rank,
 either a fixed ``top_k_pages`` or up to a token budget, optionally adding the
 ``neighbor_pages`` on each side of a retrieved page so that a fact straddling
 a page boundary is read whole.
+
+A retrieved page whose evidence passage runs onto another page brings that
+page in right after it (reason ``neighbor``, within the budget, before any
+lower-ranked page): the half of a definition on the next page ranks where it
+ranks, but the answer needs both. A plan may be scoped to a char range (one
+document of a case file): pages outside it are not retrieved; the sink page and
+the recent window stay.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -45,6 +52,9 @@ class SelectionPolicy(BaseModel):
         0, ge=0, le=8, description="Pages added on each side of every retrieved page."
     )
     recent_tokens: int = Field(1024, ge=0, description="Trailing tokens always attended (local window).")
+    evidence_pages: bool = Field(
+        True, description="A retrieved page whose evidence passage runs onto other pages brings them in "
+        "right after it (within the budget).")
     method: Literal["hybrid", "dense", "lexical"] = Field(
         "hybrid",
         description="How pages are ranked: fusion of dense passage embeddings and BM25 (hybrid), "
@@ -159,8 +169,12 @@ def plan_from_ranking(
     last_page_len: int,
     policy: SelectionPolicy,
     retrieval: RetrieveResult | None = None,
+    companions: Mapping[int, Sequence[int]] | None = None,
 ) -> AttendPlan:
-    """Build a plan from pages already ranked best-first (any source: embeddings, Quest, fused)."""
+    """Build a plan from pages already ranked best-first (any source: embeddings, Quest, fused).
+
+    ``companions``: per ranked page, other pages its evidence runs onto; each is added (as a
+    ``neighbor``) right after its page when the budget allows, before lower-ranked pages."""
     P = policy.page_size_tokens
     if num_pages <= 0:
         raise ValueError(f"num_pages must be positive, got {num_pages}")
@@ -203,6 +217,10 @@ def plan_from_ranking(
         chosen[page] = "retrieved"
         used += size(page)
         retrieved += 1
+        for nb in (companions or {}).get(page, ()):
+            if 0 <= nb < num_pages and nb not in chosen and (budget is None or used + size(nb) <= budget):
+                chosen[nb] = "neighbor"
+                used += size(nb)
         # Nearest neighbours first, so a tight budget keeps the closest context.
         for d in range(1, policy.neighbor_pages + 1):
             for nb in (page + d, page - d):
@@ -220,8 +238,13 @@ def plan(
     num_pages: int,
     last_page_len: int,
     policy: SelectionPolicy,
+    scope: tuple[int, int] | None = None,
 ) -> AttendPlan:
     """Retrieve pages for ``query`` from ``index`` and build the plan.
+
+    ``scope``: a char range ``(start, end)`` to retrieve from (one document of a case file);
+    the index must take ``retrieve(..., scope=)`` (:class:`.DocumentIndex` does). Pages outside
+    it are not retrieved; sink and recent pages are added as always.
 
     Budget semantics: sink and recent pages always come first; retrieved pages
     (and their neighbours) are then added in rank order while the total stays
@@ -245,15 +268,32 @@ def plan(
     else:
         k = math.ceil(budget / P) + mandatory
     k = min(num_pages, k)
-    result = index.retrieve(query, k, method=policy.method) if k > 0 else None
+    kw = {} if scope is None else {"scope": (int(scope[0]), int(scope[1]))}
+    result = index.retrieve(query, k, method=policy.method, **kw) if k > 0 else None
     ranked = [] if result is None else result.pages.tolist()
-    out = plan_from_ranking(ranked, num_pages, last_page_len, policy, result)
+    out = plan_from_ranking(ranked, num_pages, last_page_len, policy, result, _companions(index, result, policy))
     # Neighbours can already hold ranked pages, leaving the budget unfilled;
     # then rank the whole document once more (rare, and bounded).
     short = (budget is not None and out.attended_tokens + P <= budget) or (
         budget is None and len(out.pages_with("retrieved")) < (policy.top_k_pages or 0)
     )
     if short and k < num_pages:
-        result = index.retrieve(query, num_pages, method=policy.method)
-        out = plan_from_ranking(result.pages.tolist(), num_pages, last_page_len, policy, result)
+        result = index.retrieve(query, num_pages, method=policy.method, **kw)
+        out = plan_from_ranking(result.pages.tolist(), num_pages, last_page_len, policy, result,
+                                _companions(index, result, policy))
+    return out
+
+
+def _companions(index: PageRetriever, result: RetrieveResult | None,
+                policy: SelectionPolicy) -> dict[int, list[int]] | None:
+    """Per ranked page, the other pages its evidence passage touches (an index that can map
+    chars to pages, ``span_pages``, is needed; otherwise none)."""
+    span_pages = getattr(index, "span_pages", None)
+    if result is None or span_pages is None or not result.evidence or not policy.evidence_pages:
+        return None
+    out = {}
+    for page, (a, b) in zip(result.pages.tolist(), result.evidence):
+        others = [p for p in span_pages(a, b) if p != page]
+        if others:
+            out[page] = sorted(others, key=lambda p: abs(p - page))
     return out

@@ -65,16 +65,17 @@ def task_structure(ctx, document: int | None) -> DocumentStructure:
     return document_structure(ctx.text, parts[document])
 
 
-def plan_for(ctx, query: str, policy=None):
+def plan_for(ctx, query: str, policy=None, scope: tuple[int, int] | None = None):
     """``ctx.plan`` with a budget that a short document cannot meet (12% of 2,000 tokens is less than
-    the sink page and the recent window) replaced by the mandatory pages plus the best retrieved page."""
+    the sink page and the recent window) replaced by the mandatory pages plus the best retrieved page.
+    ``scope``: a char range (one document of a case file) that retrieval keeps to."""
     policy = policy or ctx.policy
     if policy.has_budget:
         n = ctx.info.num_tokens
         budget = policy.budget_tokens if policy.budget_tokens is not None else policy.budget_fraction * n
         if budget < policy.mandatory_tokens + policy.page_size_tokens:
             policy = policy.model_copy(update={"budget_fraction": None, "budget_tokens": None, "top_k_pages": 1})
-    return ctx.plan(query, policy)
+    return ctx.plan(query, policy) if scope is None else ctx.plan(query, policy, scope=scope)
 
 
 def _retrieved_pages(plan, n: int) -> list[int]:
@@ -101,7 +102,11 @@ def clause_question(kind: ClauseKind) -> str:
 def extract_clause(agent, ctx, task: AgentTask) -> ClauseFinding:
     kind = CLAUSE_TAXONOMY[task.need("clause", agent.role)]
     st = task_structure(ctx, task.document)
-    ranking = plan_for(ctx, kind.query, agent.spec.policy)  # retrieval's view, in both attention modes
+    scope = None
+    if task.document is not None:  # a case file: rank within this document's pages
+        part = documents_of(ctx.text)[task.document]
+        scope = (part.start, part.end)
+    ranking = plan_for(ctx, kind.query, agent.spec.policy, scope)  # retrieval's view, in both attention modes
     top_pages = _retrieved_pages(ranking, 2)
     boost = {u.start: RETRIEVAL_BONUS for u in st.units if ctx.page_of_char(u.start) in top_pages}
     dec = draw_candidates(st, kind.kind, boost=boost)
