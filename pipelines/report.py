@@ -108,14 +108,16 @@ def governing_law_of(quote: str) -> str | None:
 def cross_document_notes(documents: list[CaseDocument], clauses: list[ClauseFinding]) -> list[str]:
     """What a reader of a case file should see across its documents: different governing laws,
     and the kinds some documents have and others lack."""
-    if len(documents) < 2:
+    reviewed = [d for d in documents if d.how != "other"]
+    if len(reviewed) < 2:
         return []
     notes = []
     laws: dict[str, list[str]] = {}
     for c in clauses:
         if c.kind == "governing_law" and c.present and c.document is not None:
             law = governing_law_of(c.quote)
-            if law:
+            # "the laws of the State of Governing Law" names a term a cover page fills in, not a law
+            if law and not re.search(r"\blaw\b", law, re.I):
                 laws.setdefault(law, []).append(documents[c.document].name)
     if len(laws) > 1:
         notes.append("the documents are governed by different laws: " + "; ".join(
@@ -125,7 +127,7 @@ def cross_document_notes(documents: list[CaseDocument], clauses: list[ClauseFind
                    if c.kind == kind and not c.present and c.document is not None]
         having = [c for c in clauses if c.kind == kind and c.present and c.document is not None]
         if lacking and having:
-            notes.append(f"{kind.replace('_', ' ')} found in {len(having)} of {len(documents)} documents; "
+            notes.append(f"{kind.replace('_', ' ')} found in {len(having)} of {len(reviewed)} documents; "
                          f"not in: {', '.join(lacking)}")
     return notes
 

@@ -118,3 +118,23 @@ def test_a_rule_without_model_severity_does_not_hide_the_note():
                           rule="no_liability_cap")
     note = severity_note(rated + [missing])
     assert note is not None and "all 3 risks" in note and "'high'" in note
+
+
+def test_cross_document_notes_count_reviewed_documents_and_skip_placeholder_laws():
+    from agentctx.findings import ClauseFinding
+    from agentctx.pipelines.report import CaseDocument, cross_document_notes
+
+    docs = [CaseDocument(index=0, name="other text", char_start=0, char_end=10, how="other"),
+            CaseDocument(index=1, name="Supply", char_start=10, char_end=20, how="opening"),
+            CaseDocument(index=2, name="NDA", char_start=20, char_end=30, how="opening"),
+            CaseDocument(index=3, name="Services", char_start=30, char_end=40, how="opening")]
+    law = "This Agreement is governed by the laws of the State of {}."
+    clauses = [ClauseFinding(kind="governing_law", document=1, present=True, quote=law.format("Oregon")),
+               ClauseFinding(kind="governing_law", document=2, present=True, quote=law.format("Governing Law")),
+               ClauseFinding(kind="governing_law", document=3, present=True, quote=law.format("Vermont")),
+               ClauseFinding(kind="liability_cap", document=1, present=True, quote="x"),
+               ClauseFinding(kind="liability_cap", document=2, present=False),
+               ClauseFinding(kind="liability_cap", document=3, present=True, quote="y")]
+    notes = cross_document_notes(docs, clauses)
+    assert notes == ["the documents are governed by different laws: Oregon (Supply); Vermont (Services)",
+                     "liability cap found in 2 of 3 documents; not in: NDA"]
