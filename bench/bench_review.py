@@ -160,7 +160,9 @@ def model_choice_stats(report_dir: Path, docs: set[str]) -> dict:
     """Close calls (the model scored the candidates): how often its own pick (best option score)
     was right, against the rules' first candidate, and whether it agreed with the pick made."""
     labels = SCORE.load_labels(SCORE.default_label_dirs(True))
-    out = {"asked": 0, "agreed": 0, "scored": 0, "model_pick_right": 0, "rules_pick_right": 0, "chosen_right": 0}
+    operative = SCORE.load_operative()
+    out = {"asked": 0, "agreed": 0, "scored": 0, "model_pick_right": 0, "rules_pick_right": 0, "chosen_right": 0,
+           "scored_operative": 0, "model_pick_operative": 0, "rules_pick_operative": 0}
     for name in sorted(docs):
         p = report_dir / f"{name}.json"
         if not p.exists():
@@ -185,6 +187,16 @@ def model_choice_stats(report_dir: Path, docs: set[str]) -> dict:
             out["model_pick_right"] += right(own)
             out["rules_pick_right"] += right(opts[0])
             out["chosen_right"] += right(cit)
+            op = operative.get(name, {}).get(c["kind"])
+            if op is not None:  # sentence level: does the pick cover the operative sentence (half of it)?
+                ops = [op] + list(op.get("also", []))
+
+                def is_operative(x, ops=ops, right=right):
+                    return right(x) and max(SCORE.covered(x["char_start"], x["char_end"], o) for o in ops) >= 0.5
+
+                out["scored_operative"] += 1
+                out["model_pick_operative"] += is_operative(own)
+                out["rules_pick_operative"] += is_operative(opts[0])
     return out
 
 
@@ -272,7 +284,7 @@ def main() -> int:
 
 
 def sample(out: Path) -> None:
-    from agentctx.cli import SAMPLE_CONTRACT
+    from agentctx.entrypoints.cli import SAMPLE_CONTRACT
     from agentctx.pipelines.document_review import run_review
     from agentctx.runtime import Runtime
 
