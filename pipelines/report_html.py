@@ -174,7 +174,7 @@ def render_html(report: ReviewReport, text: str) -> str:
              f"</title><style>{_CSS}</style></head><body><div id='findings'>",
              f"<h1>Review of {e(str(doc.source))}</h1>",
              f"<p class='muted'>{doc.num_tokens} tokens, {doc.num_pages} pages, "
-             f"{len(report.documents) or 1} document(s), attention: {e(str(doc.attention))}. "
+             f"{sum(d.how != 'other' for d in report.documents) or 1} document(s), attention: {e(str(doc.attention))}. "
              f"<span class='key'><mark>clause</mark> <mark class='risk'>risk</mark> "
              f"<mark class='summary'>summary</mark></span></p>"]
     parts.extend(f"<div class='card note'>Note: {e(n)}</div>" for n in report.notes)
