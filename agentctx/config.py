@@ -67,6 +67,11 @@ class ModelConfig(_Strict):
                              "mode (selected pages become prompt text, reuse via vLLM prefix caching)")
     vllm_kv_cache_gib: float = Field(4.0, gt=0, description="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE)")
     vllm_max_model_len: int | None = Field(None, ge=256, description="vLLM max_model_len; None = the model's")
+    kv_dtype: Literal["auto", "bf16", "fp8_e4m3", "int8"] = Field(
+        "auto", description="What a context's KV pages are stored as in the shared store: auto = the compute "
+                            "dtype (unquantised); bf16; fp8_e4m3 / int8 = quantised with float32 scales (half "
+                            "the bytes of bf16, dequantised to the compute dtype when a replica loads them; "
+                            "fp8 needs torch.float8_e4m3fn); local engine only")
 
     @model_validator(mode="after")
     def _engine_checks(self) -> "ModelConfig":
@@ -83,7 +88,8 @@ class ModelConfig(_Strict):
             fused_proj=self.fused_proj, decode_batch=self.decode_batch,
             step_tokens=self.step_tokens, step_tokens_decoding=self.step_tokens_decoding,
             max_step_kv_bytes=self.max_step_kv_bytes,
-            vllm_kv_cache_gib=self.vllm_kv_cache_gib, vllm_max_model_len=self.vllm_max_model_len)
+            vllm_kv_cache_gib=self.vllm_kv_cache_gib, vllm_max_model_len=self.vllm_max_model_len,
+            kv_dtype=self.kv_dtype)
 
 
 class StoreConfig(_Strict):

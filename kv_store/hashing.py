@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from .errors import InvalidInputError
 
-__all__ = ["HASH_VERSION", "ROOT_PARENT", "tenant_salt", "page_hash", "page_hashes", "is_page_id"]
+__all__ = ["HASH_VERSION", "ROOT_PARENT", "tenant_salt", "kv_namespace", "page_hash", "page_hashes", "is_page_id"]
 
 #: Bumped if the encoding below ever changes, so old and new ids never collide.
 HASH_VERSION = b"agentctx/kv-page/v1"
@@ -42,6 +42,18 @@ def tenant_salt(tenant: str) -> str:
     if not isinstance(tenant, str) or not tenant:
         raise InvalidInputError(f"tenant must be a non-empty str, got {tenant!r}")
     return hashlib.sha256(b"agentctx/tenant/v1\x00" + tenant.encode("utf-8")).hexdigest()
+
+
+def kv_namespace(model_namespace: str, kv_dtype: str = "auto") -> str:
+    """What a page is hashed under: the engine's namespace, plus the stored KV dtype unless "auto".
+
+    An fp8 and a bf16 page of the same tokens hold different bytes and must never share an id;
+    "auto" (pages in the compute dtype) keeps the bare namespace, so its ids are the ones
+    published before the setting existed.
+    """
+    if kv_dtype == "auto":
+        return model_namespace
+    return f"{model_namespace}#kv={kv_dtype}"
 
 
 def _token_bytes(token_ids: Iterable[int]) -> tuple[int, bytes]:

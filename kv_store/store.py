@@ -157,17 +157,19 @@ class KVStore:
     def has_pages(self, page_ids: list[str]) -> list[bool]:
         return self._call(self._actor.has_pages, validate_page_ids(page_ids))
 
-    def put_pages(self, page_ids: list[str], tensors: list[torch.Tensor]) -> int:
-        """Store pages (CPU tensors, any shape); existing ids are skipped. Returns pages added."""
+    def put_pages(self, page_ids: list[str], tensors: list[torch.Tensor | PagePayload]) -> int:
+        """Store pages (CPU tensors, any shape, or payloads already encoded, e.g. quantised KV by
+        ``codec.encode_kv_quant``); existing ids are skipped. Returns pages added."""
         page_ids = validate_page_ids(page_ids)
         if not isinstance(tensors, (list, tuple)) or len(tensors) != len(page_ids):
             raise InvalidInputError(f"{len(page_ids)} page ids but "
                                     f"{len(tensors) if isinstance(tensors, (list, tuple)) else '?'} tensors")
-        if any(not isinstance(t, torch.Tensor) for t in tensors):
-            raise InvalidInputError("put_pages takes torch.Tensor pages")
+        if any(not isinstance(t, (torch.Tensor, PagePayload)) for t in tensors):
+            raise InvalidInputError("put_pages takes torch.Tensor (or PagePayload) pages")
         wanted = dict(zip(page_ids, tensors))  # a repeated id is stored once
         todo = self._call(self._actor.missing, list(wanted))
-        payloads = [(p, encode_tensor(wanted[p], quantize=self.quantize)) for p in todo]  # validate all first
+        payloads = [(p, wanted[p] if isinstance(wanted[p], PagePayload)  # validate all first
+                     else encode_tensor(wanted[p], quantize=self.quantize)) for p in todo]
         added, chunk, size, pending = 0, [], 0, []
         for page_id, payload in payloads:
             chunk.append((page_id, payload))

@@ -10,10 +10,25 @@ from dataclasses import dataclass, field
 
 from agentctx.common import settings
 
-__all__ = ["EngineConfig", "ReplicaConfig"]
+__all__ = ["EngineConfig", "ReplicaConfig", "KV_DTYPES", "check_kv_dtype"]
 
 _DTYPES = (None, "float32", "bfloat16", "float16")
 _MODES = ("auto", "on", "off")
+#: What pages are stored as in the shared store; "auto" = the compute dtype (unquantised).
+KV_DTYPES = ("auto", "bf16", "fp8_e4m3", "int8")
+
+
+def check_kv_dtype(kv_dtype: str) -> None:
+    """ValueError naming what is wrong with a ``kv_dtype`` setting."""
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
+    if kv_dtype == "fp8_e4m3":
+        import torch  # here, not at the top: the user config loads without torch otherwise
+
+        if hasattr(torch, "float8_e4m3fn"):
+            return
+        raise ValueError(f"kv_dtype fp8_e4m3 needs torch.float8_e4m3fn, which torch {torch.__version__} lacks "
+                         "(torch >= 2.1); use int8 instead")
 
 
 @dataclass(frozen=True)
@@ -39,6 +54,7 @@ class EngineConfig:
     max_step_kv_bytes: int | None = 4 << 30
     vllm_kv_cache_gib: float = 4.0
     vllm_max_model_len: int | None = None
+    kv_dtype: str = "auto"  # auto | bf16 | fp8_e4m3 | int8: pages in the shared store (serve/replica.py)
 
     def __post_init__(self) -> None:
         if self.engine not in ("local", "vllm"):
@@ -57,6 +73,10 @@ class EngineConfig:
             raise ValueError(f"decode_batch must be >= 1, got {self.decode_batch}")
         if any(n is not None and n < 1 for n in (self.step_tokens, self.step_tokens_decoding)):
             raise ValueError("step_tokens and step_tokens_decoding must be >= 1")
+        check_kv_dtype(self.kv_dtype)
+        if self.kv_dtype != "auto" and self.engine != "local":
+            # vLLM's store pages hold token ids, not KV: nothing to quantise.
+            raise ValueError(f"kv_dtype {self.kv_dtype} needs engine local (vllm stores token ids, not KV)")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,9 @@ import uuid
 
 import torch
 
+from agentctx.kernels.kv_quant import quantize_pages
+from agentctx.kv_store.codec import PagePayload, encode_kv_quant
+from agentctx.kv_store.hashing import kv_namespace
 from agentctx.kv_store.paging import page_char_spans
 from agentctx.serving.config import EngineConfig
 from agentctx.serving.engine import Engine, LocalEngine
@@ -27,10 +30,35 @@ from agentctx.serving.serve.restore import TOKENS_BLOB, WINDOW_BLOB, RestoreResu
 from agentctx.serving.tokenize import empty_document, max_token_bytes, render_chat_template
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
 
-__all__ = ["ModelReplica", "WINDOW_BLOB", "TOKENS_BLOB"]
+__all__ = ["ModelReplica", "encode_store_pages", "WINDOW_BLOB", "TOKENS_BLOB"]
 
 log = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# kv_dtype setting -> kernels.kv_quant dtype name, for the quantised store formats.
+_QUANT_KV = {"fp8_e4m3": "fp8", "int8": "int8"}
+
+
+def encode_store_pages(pages: list[torch.Tensor], indices: list[int], num_tokens: int, page_size: int,
+                       kv_dtype: str, granularity: tuple[str | None, str | None] = (None, None),
+                       ) -> list[torch.Tensor | PagePayload]:
+    """Pages ``(L_global, 2, P, Hkv, D)`` (page ``indices[j]`` of a ``num_tokens`` document) in the
+    store's form for ``kv_dtype``: auto as they are; bf16 cast; fp8_e4m3 / int8 quantised by
+    ``kernels.kv_quant`` (``codec.encode_kv_quant``), at its default granularities unless
+    ``granularity`` (K, V) names others (fp8: K and V per token and head; int8: K per channel, V
+    per token and head), the tokens past a ragged last page kept out of the scales. The global
+    layers are kv_quant's slot axis, so a page-level scale covers one layer of one page."""
+    if kv_dtype == "auto":
+        return list(pages)
+    if kv_dtype == "bf16":
+        return [p.to(torch.bfloat16) for p in pages]
+    qdtype = _QUANT_KV[kv_dtype]
+    out: list[torch.Tensor | PagePayload] = []
+    for page, i in zip(pages, indices):
+        lens = torch.full((page.shape[0],), min(page_size, num_tokens - i * page_size), dtype=torch.int32)
+        k = quantize_pages(page[:, 0], qdtype, granularity[0], part="k", slot_lens=lens)
+        v = quantize_pages(page[:, 1], qdtype, granularity[1], part="v", slot_lens=lens)
+        out.append(encode_kv_quant(torch.stack([k.data, v.data], dim=1), k.scale, v.scale, page.dtype))
+    return out
 
 
 def build_engine(m: EngineConfig) -> Engine:
@@ -100,6 +128,17 @@ class ModelReplica:
             self._max_token_bytes = max_token_bytes(self.engine.tokenizer)
         return self._max_token_bytes
 
+    @property
+    def page_namespace(self) -> str:
+        """What this replica's store pages are hashed under: the engine's namespace plus the stored
+        KV dtype (``kv_store.hashing.kv_namespace``; unchanged for ``kv_dtype`` auto)."""
+        return kv_namespace(self.engine.page_namespace, self.config.kv_dtype)
+
+    def store_pages(self, pages: list[torch.Tensor], indices: list[int], num_tokens: int
+                    ) -> list[torch.Tensor | PagePayload]:
+        """Pages in the store's form for this replica's ``kv_dtype`` (see :func:`encode_store_pages`)."""
+        return encode_store_pages(pages, indices, num_tokens, self.engine.page_size, self.config.kv_dtype)
+
     def holds(self, context_id: str) -> bool:
         return self.engine.holds(context_id)
 
@@ -137,10 +176,12 @@ class ModelReplica:
         P = self.engine.page_size
         ids = doc.token_ids
         token_pages = [ids[i : i + P] for i in range(0, len(ids), P)]
-        page_ids = self.store.page_hashes(self.engine.page_namespace, tenant, token_pages)
+        page_ids = self.store.page_hashes(self.page_namespace, tenant, token_pages)
         reused = sum(self.store.has_pages(page_ids))
         result = self.engine.prefill(context_id, doc, progress=progress, on_chunk=on_chunk)
         num_tokens, pages, window = self.engine.export(context_id)
+        # The window blob (sliding layers, at most W tokens) stays in the compute dtype.
+        pages = self.store_pages(pages, list(range(len(pages))), num_tokens)
         self.store.put_pages(page_ids, pages)
         record = ContextRecord(
             context_id=context_id,
@@ -151,7 +192,8 @@ class ModelReplica:
             token_spans=[(i, min(i + P, num_tokens)) for i in range(0, num_tokens, P)],
             char_spans=page_char_spans(doc.offsets, P),
             num_tokens=num_tokens,
-            extra=dict(extra or {}, page_size=P, prefix_tokens=doc.prefix_tokens),
+            extra=dict(extra or {}, page_size=P, prefix_tokens=doc.prefix_tokens,
+                       **({} if self.config.kv_dtype == "auto" else {"kv_dtype": self.config.kv_dtype})),
         )
         from agentctx.kv_store import PagesMissingError
 
@@ -182,6 +224,11 @@ class ModelReplica:
             if self.engine.needs_window:
                 window = self.store.get_blob(context_id, WINDOW_BLOB, tenant=tenant)
             token_ids = self.store.get_blob(context_id, TOKENS_BLOB, tenant=tenant).tolist()
+        # Quantised pages come back dequantised to the publisher's compute dtype, bf16 pages as
+        # bf16: the engine gets its own (a no-op, not a copy, for pages already in it).
+        dtype = getattr(getattr(self.engine, "runner", None), "dtype", None)
+        if dtype is not None:
+            pages = [p.to(dtype) for p in pages]
         log.info("replica %s loaded %s (%d pages) in %.3f s", self.name, context_id, len(pages),
                  time.perf_counter() - t0)
         return rec.num_tokens, pages, window, token_ids

@@ -74,7 +74,7 @@ def restore_context(replica, context_id: str, tenant: str, text: str | None = No
     doc = replica.tokenize_document(text, allow_empty=True)
     P = engine.page_size
     token_pages = [doc.token_ids[i : i + P] for i in range(0, len(doc.token_ids), P)]
-    page_ids = store.page_hashes(engine.page_namespace, tenant, token_pages)
+    page_ids = store.page_hashes(replica.page_namespace, tenant, token_pages)
     if page_ids != list(rec.page_ids):
         raise ContextLostError(context_id, f"context {context_id!r}: the document given does not match its "
                                            "stored pages")
@@ -84,10 +84,11 @@ def restore_context(replica, context_id: str, tenant: str, text: str | None = No
         if not engine.holds(context_id):  # a replica that still caches it re-publishes without a prefill
             engine.prefill(context_id, doc, progress=False, on_chunk=on_chunk)
             prefilled = True
-        _, pages, window = engine.export(context_id)
+        num_tokens, pages, window = engine.export(context_id)
         missing = [i for i, ok in enumerate(have) if not ok]
-        if missing:
-            store.put_pages([page_ids[i] for i in missing], [pages[i] for i in missing])
+        if missing:  # in the replica's kv_dtype, as prefill_context published them
+            store.put_pages([page_ids[i] for i in missing],
+                            replica.store_pages([pages[i] for i in missing], missing, num_tokens))
             pages_put = len(missing)
         if WINDOW_BLOB in lost and window is not None:
             store.put_blob(context_id, WINDOW_BLOB, window, tenant=tenant)
