@@ -101,7 +101,7 @@ def run_model(docs: dict[str, Path], out: Path, modes: list[str], budget: float)
                 (d / f"{name}.json").write_text(json.dumps(data, indent=1))
                 (d / f"{name}.html").write_text(render_html(report, text))
                 print(json.dumps({"doc": name, "mode": mode, "s": timing[(name, mode)],
-                                  "tokens": report.document["num_tokens"],
+                                  "tokens": data["document"]["num_tokens"],
                                   "found": report.stats["clauses_found"], "errors": len(report.errors)}),
                       flush=True)
     return timing
@@ -296,7 +296,7 @@ def sample(out: Path) -> None:
     data = json.loads(report.model_dump_json())
     ok = sample_check(data)
     print(f"\nsample: {sum(ok.values())}/9 kinds in their labelled articles {ok}; review {report.stats['total_s']} s "
-          f"(prefill {report.document['prefill_s']} s), runtime start {t1 - t0:.0f} s")
+          f"(prefill {report.document.prefill_s} s), runtime start {t1 - t0:.0f} s")
 
 
 if __name__ == "__main__":
