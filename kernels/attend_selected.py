@@ -132,6 +132,18 @@ def _triton_impl():
     return module
 
 
+def _triton_for(q: Tensor, caller: str):
+    """The Triton module for tensors like ``q``; RuntimeError when Triton is missing or cannot run
+    them (not on CUDA, and not in the interpreter)."""
+    tri = _triton_impl()
+    if q.device.type != "cuda" and not tri.INTERPRET:
+        raise RuntimeError(
+            f"{caller}(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
+            "(or TRITON_INTERPRET=1 set before kernels.triton_attend is imported)"
+        )
+    return tri
+
+
 def attend_selected(
     q: Tensor,
     k_pages: Tensor,
@@ -184,13 +196,7 @@ def attend_selected(
 
         return flash_attend_selected(*args)
     if impl == "triton":
-        tri = _triton_impl()
-        if q.device.type != "cuda" and not tri.INTERPRET:
-            raise RuntimeError(
-                f"attend_selected(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
-                "(or TRITON_INTERPRET=1 set before kernels.triton_attend is imported)"
-            )
-        return tri.triton_attend_selected(*args)
+        return _triton_for(q, "attend_selected").triton_attend_selected(*args)
 
     # impl == "auto"
     if q.device.type == "cuda":
@@ -242,16 +248,11 @@ def attend_selected_quant(
         return attend_selected_quant_reference(*args)
     if impl == "triton" or q.device.type == "cuda":
         try:
-            tri = _triton_impl()
+            _triton_for(q, "attend_selected_quant")
         except RuntimeError:
             if impl == "triton":
                 raise
-            return attend_selected_quant_reference(*args)
-        if q.device.type != "cuda" and not tri.INTERPRET:
-            raise RuntimeError(
-                f"attend_selected_quant(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
-                "(or TRITON_INTERPRET=1 set before kernels.triton_attend is imported)"
-            )
+            return attend_selected_quant_reference(*args)  # auto on CUDA without Triton
         from .triton_attend_quant import triton_attend_selected_quant
 
         return triton_attend_selected_quant(*args)

@@ -8,7 +8,7 @@ import re
 from pydantic import BaseModel, Field, model_serializer
 
 from agentctx.agents.clause_candidates import resolve_finding_conflicts
-from agentctx.agents.risk_rules import no_liability_cap
+from agentctx.agents.risk_rules import law_named, no_liability_cap
 from agentctx.context import ContextInfo
 from agentctx.findings import ClauseFinding, RiskAssessment, RiskFinding, SectionSummary
 from agentctx.pipelines.runner import PipelineResult
@@ -95,16 +95,6 @@ def severity_note(risks: list[RiskFinding]) -> str | None:
             f"tell the clauses apart, so treat it as unranked and read each clause")
 
 
-_LAW = re.compile(r"\blaws?\s+of\s+(?:the\s+)?(?:(?:State|Commonwealth|Province|Republic)\s+of\s+)?"
-                  r"(?P<law>[A-Z][\w.]*(?:\s+(?:and\s+)?[A-Z][\w.]*){0,4})")
-
-
-def governing_law_of(quote: str) -> str | None:
-    """The jurisdiction a governing-law sentence names ("the laws of the State of Delaware")."""
-    m = _LAW.search(" ".join(quote.split()))
-    return m["law"].strip(" .") if m else None
-
-
 def cross_document_notes(documents: list[CaseDocument], clauses: list[ClauseFinding]) -> list[str]:
     """What a reader of a case file should see across its documents: different governing laws,
     and the kinds some documents have and others lack."""
@@ -115,7 +105,7 @@ def cross_document_notes(documents: list[CaseDocument], clauses: list[ClauseFind
     laws: dict[str, list[str]] = {}
     for c in clauses:
         if c.kind == "governing_law" and c.present and c.document is not None:
-            law = governing_law_of(c.quote)
+            law = law_named(c.quote)
             # "the laws of the State of Governing Law" names a term a cover page fills in, not a law
             if law and not re.search(r"\blaw\b", law, re.I):
                 laws.setdefault(law, []).append(documents[c.document].name)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from agentctx.agents.clause_lexicon import normalize
 
-__all__ = ["RuleHit", "RULES", "RULE_KINDS", "evaluate_rules", "no_liability_cap", "notice_days"]
+__all__ = ["RuleHit", "RULES", "RULE_KINDS", "evaluate_rules", "no_liability_cap", "notice_days", "law_named"]
 
 _CUSTOMER_SIDE = re.compile(r"\b(?:you|your|licensee|customer|client|recipient|partner|user|buyer|subscriber|"
                             r"distributor|commercial\s+distributor|redistributor)\b", re.I)
@@ -334,10 +334,19 @@ _VENUE = re.compile(r"\b(?:courts?|tribunals?)\s+(?:of|in|located\s+in|sitting\s
                     r"[A-Z][\w]*(?:\s+(?:and\s+)?[A-Z][\w]*)*)")
 
 
+_PLACE_PREFIX = re.compile(r"^(?:the\s+)?(?:State|Commonwealth|Republic|Province|Kingdom|County|City)\s+of\s+",
+                           re.I)
+
+
 def _place_key(s: str) -> str:
-    s = re.sub(r"^(?:the\s+)?(?:State|Commonwealth|Republic|Province|Kingdom|County|City)\s+of\s+", "", s.strip(),
-               flags=re.I)
-    return s.split(",")[0].strip().lower()
+    return _PLACE_PREFIX.sub("", s.strip()).split(",")[0].strip().lower()
+
+
+def law_named(sentence: str) -> str | None:
+    """The jurisdiction whose laws a sentence names, as written: "Delaware" of "the laws of the State
+    of Delaware", "England and Wales"; None when it names none."""
+    m = _LAW.search(normalize(sentence))
+    return _PLACE_PREFIX.sub("", m["law"].strip()).strip(" .") if m else None
 
 
 def _governing_law(text: str, spans) -> list[RuleHit]:

@@ -45,16 +45,12 @@ def _pipeline_dirs() -> list[Path]:
     return dirs
 
 
+def _review(body: PipelineRunRequest, cfg: AgentctxConfig) -> PipelineSpec:
+    return review_pipeline(**review_options(body, cfg))
+
+
 def review_options(body: PipelineRunRequest, cfg: AgentctxConfig) -> dict[str, Any]:
     """review_pipeline's keyword arguments from a run request's options (422 on bad ones)."""
-    return _review_kwargs(body, cfg)
-
-
-def _review(body: PipelineRunRequest, cfg: AgentctxConfig) -> PipelineSpec:
-    return review_pipeline(**_review_kwargs(body, cfg))
-
-
-def _review_kwargs(body: PipelineRunRequest, cfg: AgentctxConfig) -> dict[str, Any]:
     if body.spec is not None:
         raise APIError(422, "document_review is built in; it takes options, not a spec", param="spec")
     opts = body.options
