@@ -45,6 +45,10 @@ from tests.fixtures.sample_labels import sample_check  # noqa: E402
 DEVSET = ROOT / "bench" / "devsets" / "contracts"
 TUNING = ("python_psf_license", "python_cnri_license", "python_cwi_license", "apache_2_0", "gpl_3_0", "epl_1_0",
           "cc_by_4_0", "nvidia_cuda_sdk_eula", "intel_devtools_eula", "pyarmor_eula", "mutual_nda")
+# bench/devsets/commercial (other drafting families): the split stated in its README, fixed before any review ran.
+COMMERCIAL = ROOT / "bench" / "devsets" / "commercial"
+# consulting_agreement and stock_purchase_agreement: tuning documents not reproduced (its README says why).
+COMMERCIAL_TUNING = ("github_cloud_evaluation", "consulting_agreement", "stock_purchase_agreement")
 
 
 def _scorer():
@@ -55,11 +59,12 @@ def _scorer():
 
 
 SCORE = _scorer()
+# The label folders scored (--devset): the licences plus the shared set, or bench/devsets/commercial.
+LABEL_DIRS = SCORE.default_label_dirs(with_shared=True)
 
 
 def documents() -> dict[str, Path]:
-    dirs = SCORE.default_label_dirs(with_shared=True)
-    return {p.stem: p for d in dirs for p in sorted(Path(d).glob("*.txt"))}
+    return {p.stem: p for d in LABEL_DIRS for p in sorted(Path(d).glob("*.txt"))}
 
 
 # ------------------------------------------------------------------ runs
@@ -109,7 +114,7 @@ def run_model(docs: dict[str, Path], out: Path, modes: list[str], budget: float)
 
 # ------------------------------------------------------------------ scoring
 def score(report_dir: Path, docs: set[str]) -> dict:
-    labels = {d: v for d, v in SCORE.load_labels(SCORE.default_label_dirs(True)).items() if d in docs}
+    labels = {d: v for d, v in SCORE.load_labels(LABEL_DIRS).items() if d in docs}
     return SCORE.score_dir(report_dir, labels)
 
 
@@ -138,8 +143,8 @@ def print_kind_table(report_dir: Path, docs: set[str], title: str) -> None:
 
 def score_operative(report_dir: Path, docs: set[str]) -> dict:
     """Sentence level: does the citation cover the operative sentence (bench/devsets/contracts/operative.json)?"""
-    labels = {d: v for d, v in SCORE.load_labels(SCORE.default_label_dirs(True)).items() if d in docs}
-    return SCORE.score_dir_operative(report_dir, labels, SCORE.load_operative())
+    labels = {d: v for d, v in SCORE.load_labels(LABEL_DIRS).items() if d in docs}
+    return SCORE.score_dir_operative(report_dir, labels, SCORE.load_operative_dirs(LABEL_DIRS))
 
 
 def print_operative_table(report_dir: Path, split: dict[str, set[str]], mode: str) -> None:
@@ -159,8 +164,8 @@ def print_operative_table(report_dir: Path, split: dict[str, set[str]], mode: st
 def model_choice_stats(report_dir: Path, docs: set[str]) -> dict:
     """Close calls (the model scored the candidates): how often its own pick (best option score)
     was right, against the rules' first candidate, and whether it agreed with the pick made."""
-    labels = SCORE.load_labels(SCORE.default_label_dirs(True))
-    operative = SCORE.load_operative()
+    labels = SCORE.load_labels(LABEL_DIRS)
+    operative = SCORE.load_operative_dirs(LABEL_DIRS)
     out = {"asked": 0, "agreed": 0, "scored": 0, "model_pick_right": 0, "rules_pick_right": 0, "chosen_right": 0,
            "scored_operative": 0, "model_pick_operative": 0, "rules_pick_operative": 0}
     for name in sorted(docs):
@@ -235,13 +240,19 @@ def main() -> int:
     ap.add_argument("--docs", help="comma list of document names (default: all)")
     ap.add_argument("--sweep", action="store_true", help="also sweep the rules-only threshold on the tuning half")
     ap.add_argument("--sample", action="store_true", help="also review the bundled sample (selected mode)")
+    ap.add_argument("--devset", choices=("contracts", "commercial"), default="contracts",
+                    help="contracts: the licences + the shared set; commercial: bench/devsets/commercial")
     args = ap.parse_args()
+    global LABEL_DIRS
+    tuning = TUNING
+    if args.devset == "commercial":
+        LABEL_DIRS, tuning = [COMMERCIAL], COMMERCIAL_TUNING
     logging.basicConfig(level=logging.WARNING)
     out = Path(args.out)
     docs = documents()
     if args.docs:
         docs = {k: v for k, v in docs.items() if k in args.docs.split(",")}
-    split = {"tuning": {d for d in docs if d in TUNING}, "check": {d for d in docs if d not in TUNING},
+    split = {"tuning": {d for d in docs if d in tuning}, "check": {d for d in docs if d not in tuning},
              "all": set(docs)}
     modes = [m for m in args.modes.split(",") if m]
     model_modes = [m for m in modes if m in ("selected", "dense")]

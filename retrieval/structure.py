@@ -29,26 +29,12 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass
 
+from .section_markers import _inline_title, _is_title_text, _lead_in, _looks_like_title, _marker, _md_level, _unbox
+from .section_tree import Section, _innermost, _nest
 from .sentences import Block, blocks, sentence_spans
 
 __all__ = ["Section", "Unit", "DefinedTerm", "DocumentStructure", "parse_structure", "structure_of"]
 
-_KEYWORDS = ("ARTICLE|Article|SECTION|Section|CLAUSE|Clause|PART|Part|CHAPTER|Chapter|SCHEDULE|Schedule|"
-             "EXHIBIT|Exhibit|ANNEX|Annex|APPENDIX|Appendix|ATTACHMENT|Attachment")
-# Styles that open a new top level whatever is open ("SCHEDULE 1", "PART 2", "EXHIBIT A").
-_TOP_KEYWORDS = frozenset("part chapter schedule exhibit annex appendix attachment".split())
-# "Section 2 - Scope", "ARTICLE 12. GOVERNING LAW", "Exhibit A" alone; not "Exhibit A attached" or
-# "Section 2.1 of this License" at the start of a wrapped line of running text.
-_KW = re.compile(rf"(?P<kw>{_KEYWORDS})\s+(?P<num>\d{{1,3}}(?:\.\d{{1,3}})*|[IVXLC]{{1,6}}|[A-Z])\b\.?"
-                 r"(?:\s*[-\u2013\u2014:.]\s*|[ \t]*$|[ \t]*\n|\s+(?=[A-Z\"\u201c(]))", re.M)
-_NUM = re.compile(r"(?P<num>\d{1,3}(?:\.\d{1,3}){0,4})(?P<close>[.)]|(?=\s))(?:[ \t]+|(?=[A-Z\"\u201c]))")
-_PAREN = re.compile(r"\(\s*(?P<num>\d{1,3}|[a-zA-Z]|[ivxlcIVXLC]{1,6})\s*\)[ \t]*")
-_LETTER = re.compile(r"(?P<num>[a-zA-Z]|[ivxlcIVXLC]{1,6})(?P<close>[.)])[ \t]+")
-_MD = re.compile(r"(?P<hashes>#{1,6})[ \t]+")
-_ROMAN = re.compile(r"[ivxlc]{1,6}", re.I)
-_SMALL_WORDS = frozenset("a an and as at by for from in of on or the to with under upon its their".split())
-_VERBS = re.compile(r"\b(?:shall|will|may|must|means?|is|are|agrees?|grants?|hereby|has|have)\b")
-_WORD = re.compile(r"[A-Za-z\u00c0-\u024f][\w'\u2019&/-]*")
 
 # Defined terms. Quotes are straight or curly, single or double.
 _Q1, _Q2 = "[\"\u201c\u2018']", "[\"\u201d\u2019']"
@@ -66,33 +52,6 @@ _DEFINES = [
     ("inline", re.compile(rf"referred\s+to\s+as\s+(?:the\s+)?{_Q1}{_TERM}{_Q2}")),
     ("inline", re.compile(rf"\b(?:each|individually|together|collectively)\s+(?:a|an|the)?\s*{_Q1}{_TERM}{_Q2}")),
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    """A numbered or titled part: ``text[start:end]``, its body from ``body_start``.
-
-    ``number`` is the clause number as written without punctuation ("12", "8.1", "a",
-    "iv"; "" for an unnumbered title or paragraph), ``label`` the marker as written
-    ("ARTICLE 12.", "8.1", "(a)"), ``level`` 1 for the top, ``parent`` an index into
-    the sections (None at the top), ``style`` the numbering style that set the level.
-    """
-
-    index: int
-    number: str
-    label: str
-    title: str
-    level: int
-    start: int
-    body_start: int
-    end: int
-    parent: int | None
-    style: str
-
-    @property
-    def name(self) -> str:
-        """How a reader refers to it: "12. GOVERNING LAW", "8.1", "(a)", "LIMITATION OF LIABILITY"."""
-        return " ".join(x for x in (self.label, self.title) if x) or "(untitled)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,94 +133,6 @@ class DocumentStructure:
         return [{k: v for k, v in asdict(s).items()} for s in self.sections]
 
 
-def _marker(line: str) -> tuple[str, str, str, int] | None:
-    """(style, number, label, end offset) of a clause number at the start of ``line``."""
-    if m := _MD.match(line):
-        return f"md{len(m['hashes'])}", "", "", m.end()
-    if m := _KW.match(line):
-        kw = m["kw"].lower()
-        return f"kw:{kw}", m["num"], line[: m.end()].strip().rstrip(": "), m.end()
-    if m := _NUM.match(line):
-        if m["close"] == "" and ("." not in m["num"] or line[m.end():m.end() + 1].islower()):
-            return None  # "5 days", "2.1 of this License": a number in running text is no clause number
-        depth = m["num"].count(".") + 1
-        return f"num{depth}", m["num"], line[: m.end()].strip(), m.end()
-    if m := _PAREN.match(line):
-        return f"({_letter_style(m['num'])})", m["num"], line[: m.end()].strip(), m.end()
-    if m := _LETTER.match(line):
-        return f"{_letter_style(m['num'])}{m['close']}", m["num"], line[: m.end()].strip(), m.end()
-    return None
-
-
-def _letter_style(num: str) -> str:
-    if num.isdigit():
-        return "pnum"
-    if len(num) > 1 or num in "ivxlcIVXLC":
-        kind = "roman"  # "i" may still be a letter after "h": resolved against the open styles
-    else:
-        kind = "alpha"
-    return kind.upper() if num.isupper() else kind
-
-
-def _inline_title(text: str, start: int, end: int) -> tuple[str, int] | None:
-    """A short title after a clause number: "Liability Caps." of "8.1 Liability Caps. Each party".
-
-    Returns (title, offset where the body starts) or None. A title has at most 10 words,
-    mostly capitalised, no verb of an operative sentence, and ends with ". " or ":".
-    """
-    m = re.compile(r"[.:](?=\s|$)|\s[-\u2013\u2014]\s").search(text, start, min(end, start + 120))
-    if not m:
-        return None
-    cand = text[start:m.start()].strip().strip("*_")
-    words = _WORD.findall(cand)
-    if not words or len(cand.split()) > 10 or len(cand) < 3 or _VERBS.search(cand):
-        return None
-    sig = [w for w in words if w.lower() not in _SMALL_WORDS]
-    if not sig or sum(w[0].isupper() for w in sig) / len(sig) < 0.75:
-        return None
-    body = m.end()
-    while body < end and text[body].isspace():
-        body += 1
-    return cand, body
-
-
-def _unbox(text: str, start: int, end: int) -> tuple[int, int]:
-    """The inside of a line drawn in a box of asterisks ("*  7. Limitation of Liability   *")."""
-    s, e = start, end
-    if text[s] == "*" and text[e - 1] == "*" and e - s > 2:
-        s += 1
-        e -= 1
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
-    return s, e
-
-
-def _is_title_text(s: str) -> bool:
-    words = s.split()
-    return 0 < len(words) <= 14 and len(s) <= 120
-
-
-def _looks_like_title(rest: str) -> bool:
-    """A clause number's text that is a title by itself: one short line of capitalised words."""
-    rest = rest.strip()
-    if not rest or "\n" in rest or rest[-1] in ",;:" or len(rest.split()) > 10 or _VERBS.search(rest):
-        return False
-    if rest.endswith(".") and " " in rest.rstrip(".") and not rest.isupper() and len(rest.split()) > 6:
-        return False
-    sig = [w for w in _WORD.findall(rest) if w.lower() not in _SMALL_WORDS]
-    return bool(sig) and sum(w[0].isupper() for w in sig) / len(sig) >= 0.75
-
-
-def _successor(prev: str, num: str) -> bool:
-    """Whether clause number ``num`` follows ``prev`` at the same level ("3" -> "4", "2.1" -> "2.2")."""
-    a, b = prev.split("."), num.split(".")
-    if len(a) != len(b) or not all(x.isdigit() for x in a + b):
-        return False
-    return a[:-1] == b[:-1] and int(b[-1]) == int(a[-1]) + 1
-
-
 def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStructure:
     """The section tree, units, defined terms and preamble of ``text`` (see the module doc)."""
     bl: list[Block] = blocks(text)
@@ -269,13 +140,21 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
     body_of: dict[int, tuple[int, int]] = {}  # body block -> its body span
     title_lines: list[str] = []
     seen_body = False
+    last_bi = -1  # the last block read that was not skipped
     for bi, b in enumerate(bl):
         s, e = _unbox(text, b.start, b.end)
         if s >= e or not any(c.isalnum() for c in text[s:e]):
             continue
         line = text[s:e]
         mk = _marker(line)
+        md = _md_level(line, mk)
         heading = b.heading or (mk is not None and mk[0].startswith("md"))
+        if heading and mk is not None and mk[0].startswith("md"):
+            # "## ***Term*.** The term ...", "# The Buyer will pay ...", "## ... means either:": a
+            # paragraph or a lead-in a converter marked as a heading, not a title
+            it = _inline_title(text, s + mk[3], e)
+            if _lead_in(line[mk[3]:]) or (it is not None and it[1] < e):
+                heading = False
         if not heading and mk is None and "\n" not in line and _is_title_text(line) and line.isupper() \
                 and line.rstrip()[-1:] in ".:":
             heading = True  # an ALL-CAPS title ending with a period ("LIMITATION OF LIABILITY.")
@@ -284,23 +163,44 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
         if heading and mk is None and (re.search(r"[.!?][\"'\u201d\u2019)\]]$", line) or line[:1].islower()):
             heading = False  # the end of a quotation ("... NVIDIA\n Corporation.\u201d") is no title
         if heading and _is_title_text(line.split("\n", 1)[0]):
-            title = text[s + (mk[3] if mk else 0):e].strip().strip("*_#").strip().rstrip(".:").strip()
+            title = text[s + (mk[3] if mk else 0):e].strip().strip("*_# ").strip().rstrip(".:").strip("*_ ")
             if mk is None and not starts and not seen_body:
                 title_lines.append(title)  # the document's title lines, before anything else
                 continue
             starts.append(dict(block=bi, start=s, body_start=e, number=mk[1] if mk else "",
                                style=mk[0] if mk else ("head:caps" if title.isupper() else "head:title"),
-                               label=mk[2] if mk else "", title=title, heading=True))
+                               label=mk[2] if mk else "", title=title, heading=True, md=md))
+            last_bi = bi
             continue
         seen_body = True
+        if mk is not None and mk[0].startswith("md"):
+            # A Markdown heading marker before a whole paragraph: a Word document converted to Markdown
+            # (pandoc) keeps the heading level of paragraphs whose clause numbers it dropped ("## ***Term*.**
+            # The term ..."). The level is the structure: the paragraph opens a section at that level, with
+            # its inline title; one right after a title heading of the same level is that title's body.
+            it = _inline_title(text, s + mk[3], e)
+            prev = starts[-1] if starts else None
+            if it is None and prev is not None and prev["heading"] and prev.get("md") == int(mk[0][2:]) \
+                    and prev["block"] == last_bi:
+                body_of[bi] = (s + mk[3], e)
+                last_bi = bi
+                continue
+            title, body = it if it else ("", s + mk[3])
+            starts.append(dict(block=bi, start=s, body_start=body, style=mk[0], number="", label="", title=title,
+                               heading=False, md=int(mk[0][2:])))
+            body_of[bi] = (body, e)
+            last_bi = bi
+            continue
         if mk is not None and not mk[0].startswith("md"):
             it = _inline_title(text, s + mk[3], e)
             title, body = it if it else ("", s + mk[3])
             starts.append(dict(block=bi, start=s, body_start=body, style=mk[0], number=mk[1], label=mk[2],
-                               title=title, heading=False))
+                               title=title, heading=False, md=md))
             body_of[bi] = (body, e)
+            last_bi = bi
             continue
         body_of[bi] = (s, e)
+        last_bi = bi
     if not starts:  # no headings or numbers at all: every paragraph is a section
         for bi, (s, _e) in sorted(body_of.items()):
             starts.append(dict(block=bi, start=s, body_start=s, style="para", number="", label="",
@@ -318,77 +218,6 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
     return DocumentStructure(text=text, sections=tuple(sections), units=tuple(units),
                              terms=tuple(_defined_terms(text, units)), preamble=preamble,
                              title=title_lines[0] if title_lines else "")
-
-
-def _innermost(sections: list[Section], offset: int) -> Section | None:
-    best = None
-    for s in sections:
-        if s.start > offset:
-            break
-        if s.start <= offset < s.end:
-            best = s
-    return best
-
-
-def _nest(text: str, starts: list[dict]) -> list[Section]:
-    """Levels from the order in which numbering styles open inside each other; ends from nesting."""
-    stack: list[tuple[str, int]] = []  # (style key, index into starts)
-    parent: list[int | None] = []
-    level: list[int] = []
-    ends = [len(text)] * len(starts)
-    last_num: dict[str, str] = {}
-
-    def key(st: dict) -> str:
-        style = st["style"]
-        if style.startswith("num"):
-            return f"{style}{'H' if st['heading'] else ''}"
-        return style
-
-    def close_to(depth: int, at: int) -> None:
-        while len(stack) > depth:
-            _, j = stack.pop()
-            ends[j] = at
-
-    for i, st in enumerate(starts):
-        k = key(st)
-        style = st["style"]
-        # "i", "v", "x" after "h", "u", "w": a letter, not a roman numeral.
-        if style.lower().lstrip("(").startswith("roman") and len(st["number"]) == 1:
-            alpha = k.replace("roman", "alpha").replace("ROMAN", "ALPHA")
-            prev = last_num.get(alpha)
-            if prev and len(prev) == 1 and ord(st["number"]) == ord(prev) + 1:
-                k = alpha
-            elif not any(sk == k for sk, _ in stack) and any(sk == alpha for sk, _ in stack) \
-                    and st["number"].lower() != "i":
-                k = alpha
-        keys = [sk for sk, _ in stack]
-        if style.startswith("kw:") and style[3:] in _TOP_KEYWORDS:
-            close_to(0, st["start"])
-        elif st["heading"] and style == "head:caps" and len(st["title"].split()) >= 4 and stack \
-                and re.search(r"\b(AGREEMENT|SUPPLEMENT|SCHEDULE|EXHIBIT|ATTACHMENT|TERMS)\b", st["title"]):
-            close_to(0, st["start"])  # a new document part: "TENSORRT SUPPLEMENT TO SOFTWARE LICENSE AGREEMENT"
-        elif k in keys:
-            close_to(keys.index(k), st["start"])
-        elif style.startswith("num"):
-            # "4. Fees. ..." after the title line "3. Term": the same numbering, written two ways.
-            other = k[:-1] if k.endswith("H") else k + "H"
-            if other in keys and _successor(last_num.get(other, ""), st["number"]):
-                close_to(keys.index(other), st["start"])
-        st["style"] = k.rstrip("H") if style.startswith("num") else k
-        parent.append(stack[-1][1] if stack else None)
-        level.append(len(stack) + 1)
-        stack.append((k, i))
-        last_num[k] = st["number"]
-    close_to(0, len(text))
-    out = []
-    for i, st in enumerate(starts):
-        end = ends[i]
-        while end > st["start"] and text[end - 1].isspace():
-            end -= 1
-        out.append(Section(index=i, number=st["number"], label=st["label"], title=st["title"], level=level[i],
-                           start=st["start"], body_start=max(st["start"], min(st["body_start"], end)),
-                           end=max(end, st["start"]), parent=parent[i], style=st["style"]))
-    return out
 
 
 def _defined_terms(text: str, units: list[Unit]) -> list[DefinedTerm]:

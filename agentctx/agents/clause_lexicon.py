@@ -106,8 +106,12 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\bfees?\s+(?:set\s+out|specified|stated|are|is|shall|will|for|payable)\b",
             r"\bcharges?\b[^.;]{0,60}\b(?:based\s+on|invoice|payable|apply)\b",
             r"\bpurchases?\b[^.;]{0,40}\blicen[cs]e\b",
+            # the price of a sale ("agrees to purchase ... at a price of $0.01 per share"): the buyer's duty to pay
+            r"\bagrees?\s+to\s+(?:purchase|buy)\b[^.;]{0,200}\b(?:at\s+a\s+price|(?:aggregate\s+)?purchase\s+price)\b",
             r"\blate\s+payments?\b",
             r"\bpayment\s+(?:terms?|is\s+due|shall\s+be\s+made|of\s+(?:the\s+)?fees)\b",
+            # "Payment of the purchase price shall be made ...": the duty named by what is paid
+            r"\bpayment\s+of\s+(?:the\s+)?(?:\w+\s+){1,3}(?:shall|will|must)\s+be\s+made\b",
         ),
         weak=_rx(r"\bfees?\b", r"\bprice\b", r"\bcharges?\b", r"\btax(?:es)?\b", r"\brefund\b"),
         negative=_rx(r"\broyalty[- ]free\b", r"\bfree\s+of\s+charge\b", r"\bno[- ]charge\b",
@@ -214,6 +218,9 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         strong=_weighted(
             r"\bassign(?:ed|able|ment)?\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b",
             r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+\s+){0,3}(?:assign|transfer)\b",
+            # "may not sell, assign or delegate any rights": a list of verbs, then what is assigned
+            r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+,\s+){1,3}(?:\w+\s+)?(?:assign|transfer)\b"
+            r"[^.;]{0,60}\b(?:agreement|rights?|obligations?|licen[cs]es?)\b",
             r"\bnot\s+(?:be\s+)?(?:assignable|transferable|assigned|transferred)\b",
             r"\bnon-?(?:assignable|transfera?ble)\b",
             r"\bmay\s+(?:freely\s+)?(?:assign|transfer)\s+(?:this|the|its|any|all|licensee's)\s+(?:\w+\s+){0,2}"

@@ -81,6 +81,9 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\b(?:fees?|charges?|prices?)\b[^.;]{0,60}\b(?:are|is|will\s+be|shall\s+be)\s+(?:due|payable|based\s+on|"
             r"invoiced)\b",
             r"\b(?:purchases?|buys?)\b[^.;]{0,40}\blicen[cs]es?\b",
+            # the price of a sale: "agrees to purchase ... at a price of $0.01 per share, for an aggregate
+            # purchase price of ..." (stock, asset and supply agreements state the duty to pay this way)
+            r"\bagrees?\s+to\s+(?:purchase|buy)\b[^.;]{0,200}\b(?:at\s+a\s+price|(?:aggregate\s+)?purchase\s+price)\b",
         ),
         related=_rx(
             r"\bdisput(?:e|es|ed|ing)\b", r"\blate\s+(?:payments?|fees?|charges?)\b", r"\boverdue\b",
@@ -126,11 +129,14 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\b(?:not|never|nor)\s+(?:to\s+)?(?:use\s+or\s+)?disclose\b",
             r"\bneither\s+party\s+(?:will|shall|may)\s+(?:\w+\s+){0,2}(?:use|disclose)\b",
             r"\b(?:only|solely)\s+(?:use|to\s+use)\b|\buse\b[^.;]{0,80}\b(?:only|solely)\s+(?:for|to|in\s+connection)\b",
-            r"\b(?:hold|keep|treat)\b[^.;]{0,60}\b(?:in\s+(?:strict\s+)?confidence|as\s+(?:strictly\s+)?confidential|"
-            r"secret)\b",
+            # "hold in the strictest confidence", "will not (i) use ... or (ii) disclose": enumerated duties
+            r"\b(?:hold|keep|treat)\b[^.;]{0,60}\b(?:in\s+(?:the\s+)?(?:strict(?:est)?\s+)?confidence|"
+            r"as\s+(?:strictly\s+)?confidential|secret)\b",
+            r"\b(?:will|shall|must|agrees?\s+to)\s+not\s+\(\w{1,4}\)\s+(?:use|disclose)\b",
         ),
         related=_rx(
-            r"^(?:in\s+addition|additionally|furthermore|moreover|also)\b",
+            # a supplement to a duty stated before it ("In addition, ...", "Without limiting the foregoing, ...")
+            r"^(?:in\s+addition|additionally|furthermore|moreover|also|without\s+limiting\s+the\s+foregoing)\b",
             r"\b(?:standard|degree)\s+of\s+care\b|\breasonable\s+(?:efforts|care|measures|steps|precautions)\b",
             r"\b(?:does|do|shall|will)\s+not\s+(?:apply|include)\b|\bexclud",
             r"\bmay\s+disclose\b|\brequired\s+by\s+(?:law|applicable\s+laws?)\b|\bsubpoena\b",
@@ -147,7 +153,14 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
     ),
     OperativeLexicon(
         "assignment",
+        # "may not sell, assign or delegate any rights": the verbs of a restriction may come as a list
+        # with commas, and then it names what is assigned (a list such as "will not ship, transfer or
+        # export the SDK" restricts goods, not the agreement); "are not assignable": the restriction
+        # stated as a quality of the rights
         core=_rx(r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+\s+){0,3}(?:assign|transfer)\b",
+                 r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+,\s+){1,3}(?:\w+\s+)?(?:assign|transfer)\b"
+                 r"[^.;]{0,60}\b(?:agreement|rights?|obligations?|licen[cs]es?)\b",
+                 r"\bnot\s+(?:be\s+)?(?:assignable|transferable)\b",
                  r"\bassign\w*\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b",
                  # a permission with its condition is the restriction too: "may transfer ... only if the
                  # other party agrees", "may assign ... provided that ...", "subject to the prior consent"

@@ -109,6 +109,12 @@ def check_operative(path: pathlib.Path, label_dirs) -> tuple[int, list]:
 
 
 def _label_dirs(folder: pathlib.Path) -> list:
+    """DIR alone when its operative.json covers only its own documents (bench/devsets/commercial); DIR and the
+    shared dev set when it labels the shared documents too (this folder)."""
+    operative = json.loads((folder / "operative.json").read_text(encoding="utf-8"))
+    own = json.loads((folder / "labels.json").read_text(encoding="utf-8"))
+    if set(operative) <= set(own):
+        return [folder]
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     import score  # the same search for the shared dev set as the scorer's
 

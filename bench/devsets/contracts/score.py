@@ -21,8 +21,9 @@ Rule, per document and clause kind (the same as shared/devset/contracts/score_re
 Per kind and in total: precision = correct / (correct + wrong + false_positive),
 recall = correct / (correct + wrong + miss), fp_rate = false_positive / (false_positive + correct_absent).
 
---operative adds the sentence-level score against operative.json (this folder: the operative sentence of
-each present kind, with optional "also" sentences that serve equally), per document and present kind:
+--operative adds the sentence-level score against operative.json (the operative sentence of each present kind,
+with optional "also" sentences that serve equally; read from every label folder that has one, e.g.
+--labels-dir bench/devsets/commercial), per document and present kind:
   operative  the cited span covers at least half of the operative span (or of one of its "also" spans)
              and at least half of the citation lies inside the kind's section span (or an "also" section);
   partial    the citation overlaps an operative span but is not "operative";
@@ -153,6 +154,20 @@ def load_operative(path: pathlib.Path = OPERATIVE) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def load_operative_dirs(dirs) -> dict:
+    """The operative labels of every label folder that has an operative.json (this folder's also covers the
+    shared documents, which have none of their own)."""
+    operative = {}
+    for d in dirs:
+        path = pathlib.Path(d) / "operative.json"
+        if path.exists():
+            for doc, kinds in load_operative(path).items():
+                if doc in operative:
+                    raise SystemExit(f"document {doc!r} has operative labels in two label folders")
+                operative[doc] = kinds
+    return operative
+
+
 def print_operative_table(result: dict, verbose: bool) -> None:
     if verbose:
         for doc, rows in result["documents"].items():
@@ -248,7 +263,7 @@ def main(argv=None) -> int:
     result = score_dir(args.report_dir, load_labels(dirs))
     result["label_dirs"] = [str(d) for d in dirs]
     if args.operative:
-        result["operative"] = score_dir_operative(args.report_dir, load_labels(dirs), load_operative())
+        result["operative"] = score_dir_operative(args.report_dir, load_labels(dirs), load_operative_dirs(dirs))
     if args.json:
         print(json.dumps(result, indent=1))
     else:

@@ -1,0 +1,124 @@
+"""The nesting of sections: levels from the order in which numbering styles open inside each other.
+
+No fixed hierarchy of styles is assumed ("ARTICLE 3" holds "3.1" in one contract, "a." holds "1." in
+one licence and "1." holds "a." in another); a Markdown heading level is absolute.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .section_markers import _TOP_KEYWORDS
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A numbered or titled part: ``text[start:end]``, its body from ``body_start``.
+
+    ``number`` is the clause number as written without punctuation ("12", "8.1", "a",
+    "iv"; "" for an unnumbered title or paragraph), ``label`` the marker as written
+    ("ARTICLE 12.", "8.1", "(a)"), ``level`` 1 for the top, ``parent`` an index into
+    the sections (None at the top), ``style`` the numbering style that set the level.
+    """
+
+    index: int
+    number: str
+    label: str
+    title: str
+    level: int
+    start: int
+    body_start: int
+    end: int
+    parent: int | None
+    style: str
+
+    @property
+    def name(self) -> str:
+        """How a reader refers to it: "12. GOVERNING LAW", "8.1", "(a)", "LIMITATION OF LIABILITY"."""
+        return " ".join(x for x in (self.label, self.title) if x) or "(untitled)"
+
+def _successor(prev: str, num: str) -> bool:
+    """Whether clause number ``num`` follows ``prev`` at the same level ("3" -> "4", "2.1" -> "2.2")."""
+    a, b = prev.split("."), num.split(".")
+    if len(a) != len(b) or not all(x.isdigit() for x in a + b):
+        return False
+    return a[:-1] == b[:-1] and int(b[-1]) == int(a[-1]) + 1
+
+
+def _innermost(sections: list[Section], offset: int) -> Section | None:
+    best = None
+    for s in sections:
+        if s.start > offset:
+            break
+        if s.start <= offset < s.end:
+            best = s
+    return best
+
+
+def _nest(text: str, starts: list[dict]) -> list[Section]:
+    """Levels from the order in which numbering styles open inside each other; ends from nesting."""
+    stack: list[tuple[str, int]] = []  # (style key, index into starts)
+    parent: list[int | None] = []
+    level: list[int] = []
+    ends = [len(text)] * len(starts)
+    last_num: dict[str, str] = {}
+
+    def key(st: dict) -> str:
+        style = st["style"]
+        if style.startswith("num"):
+            return f"{style}{'H' if st['heading'] else ''}"
+        return style
+
+    def close_to(depth: int, at: int) -> None:
+        while len(stack) > depth:
+            _, j = stack.pop()
+            ends[j] = at
+
+    for i, st in enumerate(starts):
+        k = key(st)
+        style = st["style"]
+        # "i", "v", "x" after "h", "u", "w": a letter, not a roman numeral.
+        if style.lower().lstrip("(").startswith("roman") and len(st["number"]) == 1:
+            alpha = k.replace("roman", "alpha").replace("ROMAN", "ALPHA")
+            prev = last_num.get(alpha)
+            if prev and len(prev) == 1 and ord(st["number"]) == ord(prev) + 1:
+                k = alpha
+            elif not any(sk == k for sk, _ in stack) and any(sk == alpha for sk, _ in stack) \
+                    and st["number"].lower() != "i":
+                k = alpha
+        if st.get("md") is not None:
+            # A Markdown heading level is absolute: "# Title" is never inside "## ..." nor inside what
+            # opened after an earlier "#" (a numbered "3.  # Restrictions" and its items close at the
+            # unnumbered "# Right of First Refusal" that follows them).
+            deeper = [j for j, (_, si) in enumerate(stack) if (starts[si].get("md") or 99) >= st["md"]]
+            if deeper:
+                close_to(deeper[0], st["start"])
+        keys = [sk for sk, _ in stack]
+        if style.startswith("kw:") and style[3:] in _TOP_KEYWORDS:
+            close_to(0, st["start"])
+        elif st["heading"] and style == "head:caps" and len(st["title"].split()) >= 4 and stack \
+                and re.search(r"\b(AGREEMENT|SUPPLEMENT|SCHEDULE|EXHIBIT|ATTACHMENT|TERMS)\b", st["title"]):
+            close_to(0, st["start"])  # a new document part: "TENSORRT SUPPLEMENT TO SOFTWARE LICENSE AGREEMENT"
+        elif k in keys:
+            close_to(keys.index(k), st["start"])
+        elif style.startswith("num"):
+            # "4. Fees. ..." after the title line "3. Term": the same numbering, written two ways.
+            other = k[:-1] if k.endswith("H") else k + "H"
+            if other in keys and _successor(last_num.get(other, ""), st["number"]):
+                close_to(keys.index(other), st["start"])
+        st["style"] = k.rstrip("H") if style.startswith("num") else k
+        parent.append(stack[-1][1] if stack else None)
+        level.append(len(stack) + 1)
+        stack.append((k, i))
+        last_num[k] = st["number"]
+    close_to(0, len(text))
+    out = []
+    for i, st in enumerate(starts):
+        end = ends[i]
+        while end > st["start"] and text[end - 1].isspace():
+            end -= 1
+        out.append(Section(index=i, number=st["number"], label=st["label"], title=st["title"], level=level[i],
+                           start=st["start"], body_start=max(st["start"], min(st["body_start"], end)),
+                           end=max(end, st["start"]), parent=parent[i], style=st["style"]))
+    return out

@@ -1,0 +1,56 @@
+"""The operative sentence in drafting families other than licences: consulting, stock purchase and
+services agreements converted from Word. Short clauses written for these tests; none is taken from a
+dev document or a published agreement. docs/REVIEW.md, "The operative sentence of each kind".
+"""
+
+from __future__ import annotations
+
+from agentctx.agents.clause_candidates import draw_candidates
+from agentctx.retrieval.structure import parse_structure
+
+
+def _best(text: str, kind: str) -> str:
+    st = parse_structure(text)
+    dec = draw_candidates(st, kind)
+    assert dec.found, (kind, dec.best)
+    return " ".join(text[dec.best.start:dec.best.end].split())
+
+
+def test_the_restriction_with_a_list_of_verbs_is_cited_not_the_other_sides_permission():
+    text = ("# **Transfers**\n\n"
+            "## ***Transfer of this Arrangement*.** This arrangement binds the Advisor's heirs and legal "
+            "representatives. The Advisor may not sell, assign or delegate any rights or obligations under this "
+            "arrangement, and any such attempted assignment shall be null and void. Notwithstanding the above, "
+            "the Client may assign this arrangement to any successor to its business.\n")
+    assert _best(text, "assignment").startswith("The Advisor may not sell, assign or delegate")
+
+
+def test_a_list_of_verbs_about_goods_is_no_assignment_restriction():
+    text = ("9. Export\n\n"
+            "The Buyer will not ship, transfer or export the Devices into any country where their sale is barred "
+            "by law.\n")
+    assert not draw_candidates(parse_structure(text), "assignment").found
+
+
+def test_rights_that_are_not_assignable_are_the_assignment_clause():
+    text = ("6. General\n\n"
+            "A. Waiver. A failure to enforce a term is no waiver of it.\n\n"
+            "B. Assignment. The rights granted to the Investor under this arrangement are not assignable by the "
+            "Investor in any event.\n")
+    assert _best(text, "assignment").startswith("The rights granted to the Investor")
+
+
+def test_the_price_of_a_sale_is_the_duty_to_pay():
+    text = ("1. Sale of Units. Subject to this Agreement, the Issuer agrees to sell and the Investor agrees to "
+            "purchase 1,000 units at a price of $2.00 per unit, for an aggregate purchase price of $2,000.00.\n\n"
+            "2. Delivery. The Issuer will deliver the units at its office.\n")
+    assert _best(text, "payment").startswith("Subject to this Agreement, the Issuer agrees to sell")
+
+
+def test_the_hold_in_strictest_confidence_duty_is_cited_not_its_supplement():
+    text = ("3. Secrecy\n\n"
+            "During the engagement and after it, the Advisor will hold in the strictest confidence the Client's "
+            "secret information, and the Advisor will not (i) use it except to perform the work, or (ii) "
+            "disclose it to any third party. Without limiting the foregoing, the Advisor shall not use or "
+            "disclose the Client's know-how to design similar products for others.\n")
+    assert _best(text, "confidentiality").startswith("During the engagement and after it, the Advisor will hold")
