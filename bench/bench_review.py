@@ -48,7 +48,8 @@ TUNING = ("python_psf_license", "python_cnri_license", "python_cwi_license", "ap
 # bench/devsets/commercial (other drafting families): the split stated in its README, fixed before any review ran.
 COMMERCIAL = ROOT / "bench" / "devsets" / "commercial"
 # consulting_agreement and stock_purchase_agreement: tuning documents not reproduced (its README says why).
-COMMERCIAL_TUNING = ("github_cloud_evaluation", "consulting_agreement", "stock_purchase_agreement")
+COMMERCIAL_TUNING = ("github_cloud_evaluation", "consulting_agreement", "stock_purchase_agreement",
+                     "bonterms_professional_services", "basecamp_terms_of_service")
 
 
 def _scorer():

@@ -48,8 +48,21 @@ _VERBS = re.compile(r"\b(?:shall|will|may|must|means?|is|are|agrees?|grants?|her
 _WORD = re.compile(r"[A-Za-z\u00c0-\u024f][\w'\u2019&/-]*")
 
 
+# Emphasis opened before a clause number ("**8.\tFees**.", "__Section 2.__"): standard forms published as
+# Markdown bold their article headings and leave the sub-clauses plain ("8.1.\tInvoices."). Without reading
+# through it the articles are no sections and "8.1" nests under the previous article's last sub-clause.
+_EMPHASIS = re.compile(rf"[*_]{{1,3}}(?=\d|(?:{_KEYWORDS})\s)")
+
+
 def _marker(line: str) -> tuple[str, str, str, int] | None:
     """(style, number, label, end offset) of a clause number at the start of ``line``."""
+    if (em := _EMPHASIS.match(line)) and (mk := _plain_marker(line[em.end():])) is not None \
+            and not mk[0].startswith("md"):
+        return mk[0], mk[1], mk[2], em.end() + mk[3]
+    return _plain_marker(line)
+
+
+def _plain_marker(line: str) -> tuple[str, str, str, int] | None:
     if m := _MD.match(line):
         return f"md{len(m['hashes'])}", "", "", m.end()
     if m := _KW.match(line):

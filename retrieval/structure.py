@@ -227,7 +227,8 @@ def _defined_terms(text: str, units: list[Unit]) -> list[DefinedTerm]:
         chunk = text[u.start:u.end]
         for how, rx in _DEFINES:
             for m in rx.finditer(chunk):
-                term = " ".join(m.group(1).split()).strip(" .,:")
+                # emphasis inside the quotes ("\u201c**Customer**\u201d means") is markup, not the term
+                term = " ".join(m.group(1).split()).strip(" .,:*_")
                 if not term or len(term) > 60 or not term[0].isalnum():
                     continue
                 if (term.lower(), u.start) in seen:

@@ -109,6 +109,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             # the price of a sale ("agrees to purchase ... at a price of $0.01 per share"): the buyer's duty to pay
             r"\bagrees?\s+to\s+(?:purchase|buy)\b[^.;]{0,200}\b(?:at\s+a\s+price|(?:aggregate\s+)?purchase\s+price)\b",
             r"\blate\s+payments?\b",
+            # "keep using the service by paying in advance", "billed in advance": when payment falls due
+            r"\b(?:pay(?:s|ing|able)?|paid|billed|charged)\s+(?:\w+\s+){0,2}in\s+advance\b",
             r"\bpayment\s+(?:terms?|is\s+due|shall\s+be\s+made|of\s+(?:the\s+)?fees)\b",
             # "Payment of the purchase price shall be made ...": the duty named by what is paid
             r"\bpayment\s+of\s+(?:the\s+)?(?:\w+\s+){1,3}(?:shall|will|must)\s+be\s+made\b",
@@ -130,7 +132,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\b(?:will|shall)\s+(?:\w+\s+){0,2}terminate\b",
             r"\bterminates?\s+automatically\b",
             r"\b(?:is|be|are)\s+(?:\w+\s+)?terminated\b",
-            r"\bright\s+to\s+terminate\b",
+            # "has the right to suspend or terminate your account": a service's terms end the user's account
+            r"\bright\s+to\s+(?:\w+\s+(?:or|and/or)\s+)?terminate\b",
             r"\bterminate\s+(?:this|the)\s+(?:agreement|licen[cs]e|mnda)\b",
             r"\btermination\s+(?:for|of\s+(?:this|the)\s+(?:agreement|licen[cs]e))\b",
         ),

@@ -14,6 +14,9 @@ sentence of each kind"). Per kind:
   payment disputes, "upon termination", the forum). One or more subtract ``RELATED_PENALTY``
   once; with ``related_unless_core`` only when no core pattern is in the sentence (a law
   sentence that also names the courts is still the law sentence).
+* ``not_related``: language that shows a sentence is not the related provision though it
+  carries its words: an exclusion of "direct, indirect, ... consequential damages" excludes all
+  liability, where the waiver beside a cap leaves direct damages to the cap.
 
 :func:`operative_adjustment` is added to a sentence's ranking score only: whether a kind is
 found at all still rests on its heading and operative language (:mod:`.clause_lexicon`), so a
@@ -43,6 +46,7 @@ class OperativeLexicon:
     core: tuple[re.Pattern, ...] = ()
     related: tuple[re.Pattern, ...] = ()
     related_unless_core: bool = False
+    not_related: tuple[re.Pattern, ...] = ()
 
 
 _DAYS = r"\(?\d+\)?\s*(?:business\s+|calendar\s+|working\s+)?days?"
@@ -71,6 +75,10 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\bsome\s+(?:jurisdictions|states)\b",
         ),
         related_unless_core=True,  # the cap with its carve-outs in one sentence is still the cap
+        # A terms of service without a cap excludes liability for "any direct, indirect, incidental ...
+        # damages": that is the exclusion itself (the operative sentence where no cap exists), not the
+        # waiver of consequential damages that sits beside a cap and leaves direct damages to it.
+        not_related=_rx(r"\bdirect\s*(?:,|or|and)\s*(?:\w+\s*,\s*)?indirect\b"),
     ),
     OperativeLexicon(
         "payment",
@@ -78,6 +86,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\b(?:shall|will|must|agrees?\s+to)\s+(?:promptly\s+)?pay\b",
             rf"\b(?:payable|due|paid)\s+(?:with)?in\s+{_NUM_DAYS}\b",
             rf"\bwithin\s+{_NUM_DAYS}\b",  # the due date: "within thirty (30) days of the invoice date"
+            r"\b(?:pay(?:s|ing|able)?|paid|billed|charged)\s+(?:\w+\s+){0,2}in\s+advance\b",  # the due date too
             r"\b(?:fees?|charges?|prices?)\b[^.;]{0,60}\b(?:are|is|will\s+be|shall\s+be)\s+(?:due|payable|based\s+on|"
             r"invoiced)\b",
             r"\b(?:purchases?|buys?)\b[^.;]{0,40}\blicen[cs]es?\b",
@@ -89,6 +98,8 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\bdisput(?:e|es|ed|ing)\b", r"\blate\s+(?:payments?|fees?|charges?)\b", r"\boverdue\b",
             r"\binterest\b", r"\btax(?:es)?\b|\bwithholding\b|\bvat\b", r"\bsuspen(?:d|sion)\b",
             r"\brefunds?\b", r"\bexpenses?\b[^.;]{0,40}\breimburs", r"\baudit\b",
+            # what follows non-payment ("If you fail to pay ..., the account will be frozen") is not the duty
+            r"\b(?:fails?|failure)\s+to\s+(?:make\s+)?pay|\bnon-?payment\b",
         ),
     ),
     OperativeLexicon(
@@ -97,7 +108,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\bmay\b[^.;:]{0,40}\bterminate\b",
             r"\b(?:will|shall)\s+(?:\w+\s+){0,2}terminate\s+(?:automatically|immediately|if|upon|on|in\s+the\s+event)\b",
             r"\bterminates?\s+automatically\b",
-            r"\bright\s+to\s+terminate\b",
+            r"\bright\s+to\s+(?:\w+\s+(?:or|and/or)\s+)?terminate\b",  # "the right to suspend or terminate"
             r"\bterminat\w*\b[^.;]{0,120}\b(?:material(?:ly)?\s+breach|breach(?:es)?\s+(?:of\s+)?(?:this|the|any)|"
             r"fails?\s+to\s+comply|insolven|bankrupt|for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|"
             r"without\s+cause)",
@@ -180,6 +191,8 @@ def operative_adjustment(kind: str, sentence: str) -> tuple[float, list[str]]:
         return 0.0, []
     core = [p.pattern for p in lex.core if p.search(sentence)]
     related = [p.pattern for p in lex.related if p.search(sentence)]
+    if related and any(p.search(sentence) for p in lex.not_related):
+        related = []
     delta = min(CORE_BONUS * len(core), MAX_CORE)
     why = [f"+core {p}" for p in core]
     if related and not (core and lex.related_unless_core):
