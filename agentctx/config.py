@@ -32,7 +32,8 @@ class ModelConfig(_Strict):
     prefill_chunk_tokens: int = Field(1024, ge=16, description="Tokens per prefill step (multiple of page_size)")
     max_context_tokens: int = Field(default_factory=settings.max_context_tokens, ge=1, description="Longest document")
     device: str | None = Field(None, description="cpu / cuda / cuda:N; None = cuda when available")
-    dtype: str | None = Field(None, description="float32 / bfloat16 / float16; None = bf16 on GPU, fp32 on CPU")
+    dtype: str | None = Field(None, description="float32 / bfloat16 / float16; None = bf16 on GPU and on CPUs "
+                                 "with bf16 dot products (avx512_bf16 / amx_bf16), else fp32")
     device_cache_bytes: int = Field(8 << 30, ge=0, description="KV bytes a replica keeps on its device")
     query_mode: Literal["auto", "eager", "static", "graph"] = Field(
         "auto", description="Query forwards of the local engine: graph = static shapes replayed as CUDA graphs "
@@ -73,6 +74,14 @@ class ModelConfig(_Strict):
                             "the bytes of bf16, dequantised to the compute dtype when a replica loads them; "
                             "fp8 needs torch.float8_e4m3fn); local engine only")
 
+    prefill_checkpoint_s: float | None = Field(
+        30.0, ge=0, description="Seconds of prefill between two checkpoints of its pages in the shared store, so a "
+                                "prefill cut off by a restart or a killed replica resumes from the last one; "
+                                "0 = every prefill chunk; None = off (local engine with a store only)")
+    prefill_checkpoint_ttl_s: float = Field(
+        6 * 3600.0, gt=0, le=86_400, description="How long an abandoned prefill checkpoint keeps its pages in "
+                                                 "the store before they are freed")
+
     @model_validator(mode="after")
     def _engine_checks(self) -> "ModelConfig":
         self.engine_config()  # the serving layer's own checks (chunk a multiple of the page, dtype)
@@ -89,7 +98,8 @@ class ModelConfig(_Strict):
             step_tokens=self.step_tokens, step_tokens_decoding=self.step_tokens_decoding,
             max_step_kv_bytes=self.max_step_kv_bytes,
             vllm_kv_cache_gib=self.vllm_kv_cache_gib, vllm_max_model_len=self.vllm_max_model_len,
-            kv_dtype=self.kv_dtype)
+            kv_dtype=self.kv_dtype, prefill_checkpoint_s=self.prefill_checkpoint_s,
+            prefill_checkpoint_ttl_s=self.prefill_checkpoint_ttl_s)
 
 
 class StoreConfig(_Strict):

@@ -2,12 +2,18 @@
 
     python bench/bench_scheduler.py --model gemma3-270m-random --tokens 1048576 --agents 1,4,16 \
         --budgets 0.12,dense --peers union,rows [--plans FILE] [--new-tokens 64] [--hol] [--out FILE]
+        [--kv-dtype bf16|fp8_e4m3|int8] [--doc-kv auto|prefill|random]
 
 Random weights of the real architectures (bench/lib/models.py ``build_model``), one document of
-random token ids prefilled once. For each budget, peer and agent count, that many agents start
-together through one :class:`EngineLoop` (serving/engine/loop.py), each with its own question
-(random ids) and plan (sink, recent window and random pages up to the budget; ``dense`` = every
-page), and generate ``--new-tokens`` greedy tokens. Peers, each measured in the same run:
+random token ids prefilled once. ``--kv-dtype`` fp8_e4m3 / int8 holds its pages quantised on the
+device (serving/runner/quant_kv.py), read so by the decode kernels; bf16 is the compute dtype's
+pages (float32 on CPU). ``--doc-kv random`` draws the document's KV at random instead of
+prefilling it (bench/lib/random_doc.py: quantised chunk by chunk, so a 1M-token Llama-3-8B
+context never exists in bf16 on the device); ``auto``: random for quantised pages, else prefill.
+For each budget, peer and agent count, that many agents start together through one
+:class:`EngineLoop` (serving/engine/loop.py), each with its own question (random ids) and plan
+(sink, recent window and random pages up to the budget; ``dense`` = every page), and generate
+``--new-tokens`` greedy tokens. Peers, each measured in the same run:
 
 * ``union``: the engine's default: the decode rows of a document attend the union of their
   plans, each page read once per step (kernels/union_attend.py). With ``dense`` plans this is
@@ -104,16 +110,28 @@ class Bench:
         cuda = self.dev.type == "cuda"
         self.runner = ModelRunner(self.loaded, page_size=args.page_size,
                                   prefill_chunk_tokens=4096 if cuda else 4 * args.page_size,
-                                  query_mode="graph" if cuda else "static")
+                                  query_mode="graph" if cuda else "static",
+                                  kv_dtype="auto" if args.kv_dtype == "bf16" else args.kv_dtype)
         self.runner.batch_rows = max(args.agents)
         self.runner.batch_tail_tokens = args.prompt_tokens + args.new_tokens + 64
         self.vocab = self.loaded.model.config.vocab_size
         g = torch.Generator().manual_seed(0)
         t0 = time.perf_counter()
-        self.doc = self.runner.prefill(torch.randint(10, self.vocab, (args.tokens,), generator=g).tolist(),
-                                       progress=False)
+        self.random_kv = args.doc_kv == "random" or (args.doc_kv == "auto" and args.kv_dtype != "bf16")
+        if self.random_kv:
+            from bench.lib.random_doc import random_doc
+
+            self.doc = random_doc(self.runner, args.tokens, seed=0)
+        else:
+            self.doc = self.runner.prefill(torch.randint(10, self.vocab, (args.tokens,), generator=g).tolist(),
+                                           progress=False)
         self._sync()
         self.prefill_s = time.perf_counter() - t0
+        d = self.doc
+        # Bytes of one page of every global layer as held (values, plus scales when quantised).
+        self.page_bytes = sum(t.numel() * t.element_size() for t in (*d.k_pages.values(), *d.v_pages.values(),
+                                                                       *d.k_scales.values(), *d.v_scales.values())
+                              ) / max(1, d.num_pages)
         budget = STEP_TOKENS["cuda" if cuda else "cpu"]
         self.loop = EngineLoop(lambda rows: run_step(self.runner, rows),
                                Scheduler(max_rows=max(args.agents), step_tokens=budget[0],
@@ -143,8 +161,8 @@ class Bench:
         rest = [p for p in range(n) if p not in fixed]
         return tuple(sorted(fixed | set(rng.sample(rest, max(0, min(len(rest), k - len(fixed)))))))
 
-    def kv_bytes(self, pages: int) -> int:
-        return self.runner.layout.kv_bytes_per_token(self.runner.dtype) * pages * self.args.page_size
+    def kv_bytes(self, pages: int) -> float:
+        return self.page_bytes * pages
 
     def window_bytes(self) -> int:
         lay = self.runner.layout
@@ -253,14 +271,19 @@ def main(argv=None) -> dict:
     ap.add_argument("--recent-tokens", type=int, default=1024)
     ap.add_argument("--hol", action="store_true")
     ap.add_argument("--hol-tokens", type=int, default=32768)
+    ap.add_argument("--kv-dtype", default="bf16", choices=("bf16", "fp8_e4m3", "int8"),
+                    help="device pages: the compute dtype's (bf16 on GPU) or quantised")
+    ap.add_argument("--doc-kv", default="auto", choices=("auto", "prefill", "random"),
+                    help="the document's KV: prefilled, or drawn at random (auto: random when quantised)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.agents = [int(x) for x in args.agents.split(",")]
     b = Bench(args)
     dev = torch.cuda.get_device_name() if b.dev.type == "cuda" else platform.processor() or "cpu"
+    made = "random KV" if b.random_kv else "prefill"
     print(f"{args.model} ({b.info['weights']}, {b.runner.dtype}) on {dev}, {b.doc.num_tokens}-token document "
-          f"({b.doc.num_pages} pages, prefill {b.prefill_s:.1f} s), copy bandwidth {b.bw / 1e12:.2f} TB/s, "
-          f"query mode {b.runner.query_mode}", flush=True)
+          f"({b.doc.num_pages} pages, {b.doc.kv_dtype} pages, {b.doc.kv_bytes() / 2**30:.2f} GiB, {made} "
+          f"{b.prefill_s:.1f} s), copy bandwidth {b.bw / 1e12:.2f} TB/s, query mode {b.runner.query_mode}", flush=True)
     results = []
     try:
         for budget in args.budgets.split(","):
@@ -289,6 +312,8 @@ def main(argv=None) -> dict:
                 if parts:
                     print(f"  {n:3d} agents, {budget} union: " + ", ".join(parts))
         out = {"model": args.model, "device": dev, "tokens": b.doc.num_tokens, "bandwidth_Bps": b.bw,
+               "kv_dtype": args.kv_dtype, "doc_kv": "random" if b.random_kv else "prefill",
+               "kv_bytes_doc": b.doc.kv_bytes(),
                "weights_bytes": b.weight_bytes, "results": results}
         if args.hol:
             out["head_of_line"] = h = b.head_of_line()

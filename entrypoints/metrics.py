@@ -49,7 +49,9 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 
 _REPLICA_COUNTERS = {"cache_hits": "device-cache hits", "cache_misses": "device-cache misses",
                      "loads": "contexts loaded from the shared store", "prefills": "prefills run",
-                     "prefill_tokens": "tokens prefilled", "requests": "model requests",
+                     "prefill_tokens": "tokens prefilled",
+                     "resumed_tokens": "tokens a resumed prefill took from its checkpoint instead of computing",
+                     "requests": "model requests",
                      "generated_tokens": "tokens generated", "errors": "failed model requests",
                      "queue_seconds": "seconds requests waited at the replica before their work started",
                      "requests_started": "requests whose work started (queue_seconds / this = mean queue time)"}

@@ -11,7 +11,9 @@ This module only validates inputs and picks an implementation:
 
 :func:`attend_selected_quant` is the same attention over fp8/int8 pages with scales
 (:mod:`kernels.kv_quant`): ``"reference"`` (dequantise, then the float32 reference), ``"triton"``
-(:mod:`kernels.triton_attend_quant`, dequantising in registers) or ``"auto"``.
+(:mod:`kernels.triton_attend_quant`, dequantising in registers) or ``"auto"``. ``attend_selected``
+given :class:`~agentctx.kernels.kv_quant.QuantPages` pools calls it, so a caller holding either
+kind of pool (the engine's document KV) makes one call.
 
 Triton and flash-attn are imported lazily, so ``import kernels`` works on a
 machine with neither.
@@ -144,10 +146,15 @@ def _triton_for(q: Tensor, caller: str):
     return tri
 
 
+# attend_selected's impl for quantised pools: flash-attn reads no fp8/int8 pages with our scales,
+# so "flash" takes the quantised auto path (Triton on CUDA) rather than failing a running engine.
+_QUANT_IMPL_OF = {"auto": "auto", "torch": "reference", "triton": "triton", "flash": "auto"}
+
+
 def attend_selected(
     q: Tensor,
-    k_pages: Tensor,
-    v_pages: Tensor,
+    k_pages: Tensor | QuantPages,
+    v_pages: Tensor | QuantPages,
     block_table: Tensor,
     num_blocks: Tensor,
     slot_lens: Tensor,
@@ -160,7 +167,9 @@ def attend_selected(
     Args:
         q: (B, Tq, Hq, D) query tokens, float32/float16/bfloat16.
         k_pages, v_pages: (S, P, Hkv, D) page pool of one layer, same dtype as q.
-            Hq % Hkv == 0; query head h reads kv head h // (Hq // Hkv).
+            Hq % Hkv == 0; query head h reads kv head h // (Hq // Hkv). Quantised pools
+            (QuantPages) go to :func:`attend_selected_quant` (impl "torch" -> "reference",
+            "flash" -> "auto").
         block_table: (B, M) int32 slot ids; row b uses ``[:num_blocks[b]]``,
             the rest is padding and is never read.
         num_blocks: (B,) int32, 0 <= num_blocks[b] <= M.
@@ -184,6 +193,11 @@ def attend_selected(
         NotImplementedError: impl="flash" and the layout does not fit flash-attn.
         RuntimeError: impl="triton" and Triton cannot run these tensors.
     """
+    if isinstance(k_pages, QuantPages) or isinstance(v_pages, QuantPages):
+        if impl not in _QUANT_IMPL_OF:
+            raise ValueError(f"attend_selected: impl must be one of {IMPLS}, got {impl!r}")
+        return attend_selected_quant(q, k_pages, v_pages, block_table, num_blocks, slot_lens, scale, softcap,
+                                     impl=_QUANT_IMPL_OF[impl])
     _validate(q, k_pages, v_pages, block_table, num_blocks, slot_lens, scale, softcap, impl)
     softcap = float(softcap) if softcap else None
     scale = float(scale)

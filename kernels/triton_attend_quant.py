@@ -6,19 +6,9 @@ launch heuristics and its split merge, so only the page loop differs. The bf16 k
 as it was: folding the scale paths into it as constexpr branches would compile to the same code,
 but would make the hot kernel harder to read for a format that is still being evaluated.
 
-Dequantisation happens in registers and costs no rounding of its own where it can:
-
-* Tiles are converted to the query's dtype for ``tl.dot``. fp8 e4m3 and int8 (|x| <= 127) are
-  exact in bf16/fp16, so the tensor cores see exactly the stored values, and a scale shared by a
-  whole row or column of the product is applied in fp32 outside it:
-  - K ``page_head``: one scalar times the score tile; ``token_head``: times the score columns;
-    ``channel``: folded into the query (q * scale_d, rounded once to q's dtype; 2^-9 relative
-    in bf16, far under int8's step).
-  - V ``page_head``: the scalar times ``p @ v``; ``channel``: the columns of ``p @ v``;
-    ``token_head``: folded into ``p`` before its cast to the dot dtype (the bf16 kernel casts
-    ``p`` there too).
-* Scale loads are masked like the K/V loads (``tok < slot_lens``), with 0 elsewhere, so garbage
-  scales of unused tokens or of an empty page never meet a zero tile (0 * NaN would be NaN).
+Dequantisation happens in registers, in the helpers this kernel shares with the union kernel
+(:mod:`kernels.triton_dequant`: where each granularity's scale is applied, and why that costs no
+rounding of its own).
 
 Like the bf16 kernel it runs in Triton's CPU interpreter when ``TRITON_INTERPRET=1`` is set
 before import (the interpreter loads fp8 and int8; its bf16 ``tl.dot`` is wrong, so operands are
@@ -32,13 +22,11 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .kv_quant import GRANULARITIES, QuantPages
+from .kv_quant import QuantPages
 from .triton_attend import INTERPRET, TritonConfig, _merge, _outputs, _plan_launch
+from .triton_dequant import SCALE_MODE, pv_dequant, scale_strides, scores_dequant
 
 __all__ = ["triton_attend_selected_quant", "SCALE_MODE"]
-
-# constexpr codes of the granularities in the kernel
-SCALE_MODE = {g: i + 1 for i, g in enumerate(GRANULARITIES)}  # page_head 1, token_head 2, channel 3
 
 
 @triton.jit(do_not_specialize=["chunks_per_split", "num_splits"])
@@ -102,17 +90,8 @@ def _attend_quant_pages_kernel(
         kv_mask = n_mask[:, None] & d_mask[None, :]
         k = tl.load(K + slot * stride_ks + tok[:, None] * stride_kp + kvh * stride_kh + offs_d[None, :],
                     mask=kv_mask, other=0.0).to(q.dtype)
-        ks_base = KS + slot * stride_kss + kvh * stride_ksh
-        if K_MODE == 3:  # channel: scale the query's columns instead of the (larger) K tile
-            ks = tl.load(ks_base + offs_d * stride_ksd, mask=d_mask & any_tok, other=0.0)
-            qk = (q.to(tl.float32) * ks[None, :]).to(q.dtype)
-            s = tl.dot(qk, tl.trans(k), input_precision=DOT_PRECISION)
-        else:
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-            if K_MODE == 1:
-                s = s * tl.load(ks_base, mask=any_tok, other=0.0)
-            else:
-                s = s * tl.load(ks_base + tok * stride_ksp, mask=n_mask, other=0.0)[None, :]
+        s = scores_dequant(q, k, KS + slot * stride_kss + kvh * stride_ksh, tok, offs_d, n_mask, d_mask, any_tok,
+                           stride_ksp, stride_ksd, K_MODE, DOT_PRECISION)
         if USE_SOFTCAP:
             x = s * (qk_scale / softcap)
             th = 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)  # tanh without NaN at +-inf
@@ -127,16 +106,8 @@ def _attend_quant_pages_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(V + slot * stride_vs + tok[:, None] * stride_vp + kvh * stride_vh + offs_d[None, :],
                     mask=kv_mask, other=0.0).to(q.dtype)
-        vs_base = VS + slot * stride_vss + kvh * stride_vsh
-        if V_MODE == 2:  # token_head: the scale weights p's columns
-            vs = tl.load(vs_base + tok * stride_vsp, mask=n_mask, other=0.0)
-            pv = tl.dot((p * vs[None, :]).to(q.dtype), v, input_precision=DOT_PRECISION)
-        else:
-            pv = tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
-            if V_MODE == 1:
-                pv = pv * tl.load(vs_base, mask=any_tok, other=0.0)
-            else:
-                pv = pv * tl.load(vs_base + offs_d * stride_vsd, mask=d_mask & any_tok, other=0.0)[None, :]
+        pv = pv_dequant(p, v, VS + slot * stride_vss + kvh * stride_vsh, tok, offs_d, n_mask, d_mask, any_tok,
+                        stride_vsp, stride_vsd, V_MODE, DOT_PRECISION)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
 
@@ -151,11 +122,6 @@ def _attend_quant_pages_kernel(
         prow = ((b.to(tl.int64) * num_splits + split) * Tq + t) * HQ + h
         tl.store(OP + prow[:, None] * D + offs_d[None, :], out, mask=row_mask[:, None] & d_mask[None, :])
         tl.store(LSEP + prow, lse, mask=row_mask)
-
-
-def _scale_strides(pages: QuantPages) -> tuple[int, int, int, int]:
-    """The scale's strides with 0 on its broadcast (size-1) axes."""
-    return tuple(0 if n == 1 else st for n, st in zip(pages.scale.shape, pages.scale.stride()))
 
 
 def triton_attend_selected_quant(
@@ -191,7 +157,7 @@ def triton_attend_selected_quant(
         q.stride(0), q.stride(1), q.stride(2),
         kd.stride(0), kd.stride(1), kd.stride(2),
         vd.stride(0), vd.stride(1), vd.stride(2),
-        *_scale_strides(k_pages), *_scale_strides(v_pages),
+        *scale_strides(k_pages), *scale_strides(v_pages),
         block_table.stride(0), block_table.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         lse.stride(0), lse.stride(1), lse.stride(2),

@@ -11,6 +11,12 @@ chunk is skipped: a branch around the loads (to skip pages no row of a tile sele
 from pipelining them and ran at half the copy bandwidth on an H100 (0.64 ms per layer at 16
 agents and 1M tokens against a ~0.3 ms floor). Each program writes a normalised fp32 partial and
 its log-sum-exp; the page kernel's split merge combines them exactly.
+
+Quantised pages (kernels/kv_quant.py: fp8 e4m3 or int8 values with float32 scales at any
+granularity) take the same loop with ``K_MODE``/``V_MODE`` > 0: the tiles are loaded at one byte a
+value and dequantised in registers by the helpers the quantised page kernel uses
+(kernels/triton_dequant.py). With both modes 0 (float pages) the scale arguments are dead code and
+the kernel compiles to the float kernel it was.
 """
 
 from __future__ import annotations
@@ -24,20 +30,25 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without triton
     raise ImportError("kernels.triton_union needs the 'triton' package") from exc
 
+from .kv_quant import QuantPages
 from .triton_attend import INTERPRET, _merge_block_d, _merge_splits_kernel, _next_pow2, _sm_count
+from .triton_dequant import pv_dequant, scale_mode, scale_strides, scores_dequant
 
 __all__ = ["triton_attend_union", "union_splits"]
 
 
 @triton.jit(do_not_specialize=["R", "num_splits"])
 def _union_kernel(
-    Q, K, V, UNION, ULEN, BITS, SL, OP, LSEP,
+    Q, K, V, KS, VS, UNION, ULEN, BITS, SL, OP, LSEP,
     stride_qr, stride_qh,
     stride_ks, stride_kp, stride_kh,
     stride_vs, stride_vp, stride_vh,
+    stride_kss, stride_ksp, stride_ksh, stride_ksd,
+    stride_vss, stride_vsp, stride_vsh, stride_vsd,
     R, num_splits, qk_scale, softcap,
     HQ: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, P: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_PER_PAGE: tl.constexpr,
+    K_MODE: tl.constexpr, V_MODE: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):
     split = tl.program_id(0)
@@ -73,12 +84,13 @@ def _union_kernel(
         slen = tl.load(SL + slot)
         tok = sub * BLOCK_N + offs_n
         n_mask = (tok < slen) & (tok < P)
+        any_tok = sub * BLOCK_N < slen  # a page-level scale is read only for a chunk with tokens
         kv_mask = n_mask[:, None] & d_mask[None, :]
+        # In q's dtype: a no-op for float pages (an fp32 upcast in the interpreter), exact for fp8/int8.
         k = tl.load(K + slot * stride_ks + tok[:, None] * stride_kp + kvh * stride_kh + offs_d[None, :],
-                    mask=kv_mask, other=0.0)
-        if UPCAST_DOT:
-            k = k.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+                    mask=kv_mask, other=0.0).to(q.dtype)
+        s = scores_dequant(q, k, KS + slot * stride_kss + kvh * stride_ksh, tok, offs_d, n_mask, d_mask, any_tok,
+                           stride_ksp, stride_ksd, K_MODE, DOT_PRECISION)
         if USE_SOFTCAP:
             x = s * (qk_scale / softcap)
             th = 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)  # tanh without NaN at saturation
@@ -92,10 +104,9 @@ def _union_kernel(
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(V + slot * stride_vs + tok[:, None] * stride_vp + kvh * stride_vh + offs_d[None, :],
-                    mask=kv_mask, other=0.0)
-        if UPCAST_DOT:
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+                    mask=kv_mask, other=0.0).to(q.dtype)
+        acc = acc * alpha[:, None] + pv_dequant(p, v, VS + slot * stride_vss + kvh * stride_vsh, tok, offs_d, n_mask,
+                                                d_mask, any_tok, stride_vsp, stride_vsd, V_MODE, DOT_PRECISION)
         m_i = m_new
 
     has = l_i > 0.0
@@ -128,17 +139,28 @@ def _block_n(d: int, block_m: int, p: int) -> int:
     return max(16, min(block_n, _next_pow2(p)))
 
 
-def triton_attend_union(q: Tensor, k_pages: Tensor, v_pages: Tensor, union: Tensor, union_len: Tensor,
-                        row_bits: Tensor, slot_lens: Tensor, scale: float, softcap: float | None = None,
-                        num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
-                        num_stages: int = 3) -> tuple[Tensor, Tensor]:
+def _operands(pages: Tensor | QuantPages) -> tuple[Tensor, Tensor, tuple[int, int, int, int], int]:
+    """(values, scales, scale strides, constexpr mode) of a float or quantised pool; a float pool
+    passes its own tensor as the (never read) scale pointer."""
+    if isinstance(pages, QuantPages):
+        return pages.data, pages.scale, scale_strides(pages), scale_mode(pages)
+    return pages, pages, (0, 0, 0, 0), scale_mode(pages)
+
+
+def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor | QuantPages, union: Tensor,
+                        union_len: Tensor, row_bits: Tensor, slot_lens: Tensor, scale: float,
+                        softcap: float | None = None, num_splits: int | None = None, block_n: int | None = None,
+                        num_warps: int | None = None, num_stages: int = 3) -> tuple[Tensor, Tensor]:
     """See kernels.union_attend.attend_union; block_n / num_warps / num_stages override the launch
-    rule (sweeps: bench/experiments/union_sweep.py)."""
+    rule (sweeps: bench/experiments/union_sweep.py). Quantised pools keep the float launch rule:
+    the same tokens per tile at half the bytes."""
     if q.device.type != "cuda" and not (INTERPRET and q.device.type == "cpu"):
         raise RuntimeError(f"attend_union(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
                            "(or TRITON_INTERPRET=1 set before kernels.triton_union is imported)")
+    kd, ks, ks_strides, k_mode = _operands(k_pages)
+    vd, vs, vs_strides, v_mode = _operands(v_pages)
     r, hq, d = q.shape
-    _, p, hkv, _ = k_pages.shape
+    _, p, hkv, _ = kd.shape
     group = hq // hkv
     block_m, m_tiles = _tiles(r * group)
     block_d = _next_pow2(max(d, 16))
@@ -158,13 +180,14 @@ def triton_attend_union(q: Tensor, k_pages: Tensor, v_pages: Tensor, union: Tens
     lsep = torch.empty(num_splits, r, hq, dtype=torch.float32, device=q.device)
     use_softcap = bool(softcap)
     _union_kernel[(num_splits, hkv, m_tiles)](
-        q, k_pages, v_pages, union, union_len, row_bits, slot_lens, op, lsep,
+        q, kd, vd, ks, vs, union, union_len, row_bits, slot_lens, op, lsep,
         q.stride(0), q.stride(1),
-        k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
-        v_pages.stride(0), v_pages.stride(1), v_pages.stride(2),
+        kd.stride(0), kd.stride(1), kd.stride(2),
+        vd.stride(0), vd.stride(1), vd.stride(2),
+        *ks_strides, *vs_strides,
         r, num_splits, float(scale), float(softcap) if use_softcap else 1.0,
         HQ=hq, GROUP=group, D=d, BLOCK_D=block_d, P=p, BLOCK_M=block_m, BLOCK_N=block_n,
-        CHUNKS_PER_PAGE=-(-p // block_n),
+        CHUNKS_PER_PAGE=-(-p // block_n), K_MODE=k_mode, V_MODE=v_mode,
         USE_SOFTCAP=use_softcap, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
         num_warps=num_warps, num_stages=num_stages,

@@ -15,12 +15,15 @@ Inputs (one layer):
 * ``union`` (U,) int32 page slots, the first ``union_len[0]`` valid (a device scalar, so a
   CUDA graph replays whatever the union's size); ``row_bits`` (U,) int64: bit r set when row r
   selected union page u;
-* ``k_pages``/``v_pages`` (S, P, Hkv, D), ``slot_lens`` (S,) int32 valid tokens per page.
+* ``k_pages``/``v_pages`` (S, P, Hkv, D) in q's dtype, or quantised pools
+  (:class:`~agentctx.kernels.kv_quant.QuantPages`: fp8 e4m3 / int8 values with float32 scales
+  at any granularity, K and V independently), ``slot_lens`` (S,) int32 valid tokens per page.
 
 Returns ``(out (R, Hq, D) in q.dtype, lse (R, Hq) float32)``: for each row, attention over the
 valid tokens of the pages it selected (no causal mask), as :func:`attend_selected` gives it; a
 row that selected nothing gets out 0 and lse -inf. The Triton kernel is
-``kernels/triton_union.py``; :func:`attend_union_reference` is the plain-PyTorch truth.
+``kernels/triton_union.py``; :func:`attend_union_reference` is the plain-PyTorch truth (quantised
+pools: the union's pages dequantised to float32, then the float reference).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import functools
 import torch
 from torch import Tensor
 
+from .kv_quant import QMAX, QuantPages, dequantize_pages
 from .reference import attend_selected_reference
 
 __all__ = ["attend_union", "attend_union_reference", "union_tables", "MAX_ROWS"]
@@ -57,9 +61,21 @@ def _signed64(x: int) -> int:
     return x - (1 << 64) if x >= 1 << 63 else x
 
 
+def _values(pages: Tensor | QuantPages, name: str) -> Tensor:
+    """A pool's value tensor, its dtype checked against what the kernels read."""
+    if isinstance(pages, QuantPages):
+        pages.check(f"attend_union: {name}")
+        return pages.data
+    if not isinstance(pages, Tensor):
+        raise ValueError(f"attend_union: {name} must be a Tensor or QuantPages, got {type(pages).__name__}")
+    return pages
+
+
 def _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens) -> None:
     if q.dim() != 3:
         raise ValueError(f"attend_union: q must be (R, Hq, D), got {tuple(q.shape)}")
+    quant = {name: isinstance(x, QuantPages) for name, x in (("k_pages", k_pages), ("v_pages", v_pages))}
+    k_pages, v_pages = _values(k_pages, "k_pages"), _values(v_pages, "v_pages")
     if k_pages.dim() != 4 or v_pages.shape != k_pages.shape:
         raise ValueError(f"attend_union: k_pages/v_pages must be (S, P, Hkv, D) alike, got {tuple(k_pages.shape)} "
                          f"and {tuple(v_pages.shape)}")
@@ -75,8 +91,11 @@ def _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens) -> Non
         raise ValueError("attend_union: union_len must be a (1,) int32 tensor")
     if slot_lens.shape != (s,) or slot_lens.dtype != torch.int32:
         raise ValueError(f"attend_union: slot_lens must be ({s},) int32")
-    if k_pages.dtype != q.dtype or v_pages.dtype != q.dtype:
-        raise ValueError(f"attend_union: page dtype {k_pages.dtype} must equal q dtype {q.dtype}")
+    for name, t in (("k_pages", k_pages), ("v_pages", v_pages)):
+        if quant[name] and t.dtype not in QMAX:
+            raise ValueError(f"attend_union: quantised {name} must be float8_e4m3fn or int8, got {t.dtype}")
+        if not quant[name] and t.dtype != q.dtype:
+            raise ValueError(f"attend_union: page dtype {t.dtype} must equal q dtype {q.dtype}")
     for name, t in (("k_pages", k_pages), ("v_pages", v_pages), ("union", union), ("union_len", union_len),
                     ("row_bits", row_bits), ("slot_lens", slot_lens)):
         if t.device != q.device:
@@ -86,11 +105,28 @@ def _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens) -> Non
             raise ValueError(f"attend_union: {name} needs unit stride on the head dim")
 
 
-def attend_union_reference(q: Tensor, k_pages: Tensor, v_pages: Tensor, union: Tensor, union_len: Tensor,
-                           row_bits: Tensor, slot_lens: Tensor, scale: float, softcap: float | None = None
-                           ) -> tuple[Tensor, Tensor]:
-    """Each row's own block table from the bits, through the plain-PyTorch page attention."""
+def _dequantized_union(k_pages: QuantPages | Tensor, v_pages: QuantPages | Tensor, union: Tensor, n: int,
+                       slot_lens: Tensor):
+    """Only the union's pages, float32 (a quantised pool) and renumbered 0..n-1: the reference never
+    dequantises pages no row reads."""
+    idx = union[:n].long()
+
+    def part(pages):
+        if isinstance(pages, QuantPages):
+            return dequantize_pages(pages.data[idx], pages.scale[idx], torch.float32)
+        return pages[idx]
+
+    return part(k_pages), part(v_pages), torch.arange(n, dtype=torch.int32, device=union.device), slot_lens[idx]
+
+
+def attend_union_reference(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor | QuantPages, union: Tensor,
+                           union_len: Tensor, row_bits: Tensor, slot_lens: Tensor, scale: float,
+                           softcap: float | None = None) -> tuple[Tensor, Tensor]:
+    """Each row's own block table from the bits, through the plain-PyTorch page attention
+    (quantised pools: the union's pages dequantised to float32 first)."""
     n = int(union_len[0])
+    if isinstance(k_pages, QuantPages) or isinstance(v_pages, QuantPages):
+        k_pages, v_pages, union, slot_lens = _dequantized_union(k_pages, v_pages, union, n, slot_lens)
     pages = union[:n].tolist()
     bits = row_bits[:n].tolist()
     r = q.shape[0]
@@ -115,9 +151,9 @@ def _triton():
     return triton_union
 
 
-def attend_union(q: Tensor, k_pages: Tensor, v_pages: Tensor, union: Tensor, union_len: Tensor, row_bits: Tensor,
-                 slot_lens: Tensor, scale: float, softcap: float | None = None, impl: str = "auto",
-                 num_splits: int | None = None, check: bool = True) -> tuple[Tensor, Tensor]:
+def attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor | QuantPages, union: Tensor,
+                 union_len: Tensor, row_bits: Tensor, slot_lens: Tensor, scale: float, softcap: float | None = None,
+                 impl: str = "auto", num_splits: int | None = None, check: bool = True) -> tuple[Tensor, Tensor]:
     """See the module docstring. impl: "auto" (Triton on CUDA, else torch), "torch", "triton"
     (CUDA, or CPU tensors under TRITON_INTERPRET=1). ``num_splits``: programs along the union
     (None: enough to fill the GPU for the union's largest size, ``union.numel()``)."""

@@ -86,5 +86,14 @@ class ActorDirectory(Directory):
     def get_document(self, context_id: str, tenant: str | None = None) -> str:
         return self._fwd("get_document", context_id, tenant)
 
+    def put_checkpoint(self, key: str, tenant: str, value: str, ttl_s: float) -> None:
+        self._fwd("put_checkpoint", key, tenant, value, ttl_s)
+
+    def get_checkpoint(self, key: str, tenant: str) -> str | None:
+        return self._fwd("get_checkpoint", key, tenant)
+
+    def delete_checkpoint(self, key: str, tenant: str) -> bool:
+        return self._fwd("delete_checkpoint", key, tenant)
+
     def stats(self) -> dict[str, int]:
         return self._fwd("stats")

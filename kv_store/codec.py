@@ -24,10 +24,11 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import torch
+
+from agentctx.common.kv_page import QuantKVPage  # the unit the serving layer holds too
 
 from .errors import InvalidInputError
 from .quant import QuantizedPage, dequantize_page, quantize_page
@@ -82,28 +83,6 @@ def encode_tensor(t: torch.Tensor, quantize: bool = False) -> PagePayload:
         return PagePayload("int8", dtype_name(t.dtype), tuple(t.shape), _as_bytes(qp.q),
                            qp.scale.numpy().copy(), tuple(qp.scale.shape))
     return PagePayload("raw", dtype_name(t.dtype), tuple(t.shape), _as_bytes(t))
-
-
-class QuantKVPage(NamedTuple):
-    """A quantised store page: ``x[:, 0] ~= data[:, 0].float() * k_scale``, likewise V.
-
-    data: (L_global, 2, P, Hkv, D) float8_e4m3fn or int8. k_scale, v_scale: float32
-    (L_global, 1|P, Hkv, 1|D), as ``kernels.kv_quant.quantize_pages`` returns them per part.
-    dtype: what :meth:`dequantize` gives by default.
-    """
-
-    data: torch.Tensor
-    k_scale: torch.Tensor
-    v_scale: torch.Tensor
-    dtype: torch.dtype
-
-    def dequantize(self, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-        """A new (L_global, 2, P, Hkv, D) tensor; the same arithmetic as
-        ``kernels.kv_quant.dequantize_pages`` (float32 product, then the cast)."""
-        out_dtype = out_dtype or self.dtype
-        k = (self.data[:, 0].to(torch.float32) * self.k_scale).to(out_dtype)
-        v = (self.data[:, 1].to(torch.float32) * self.v_scale).to(out_dtype)
-        return torch.stack([k, v], dim=1)
 
 
 def encode_kv_quant(data: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor,

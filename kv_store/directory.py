@@ -135,6 +135,22 @@ class Directory(ABC):
     def get_document(self, context_id: str, tenant: str | None = None) -> str:
         """The kept text, or :class:`BlobNotFoundError` / :class:`ContextNotFoundError`."""
 
+    # -- prefill checkpoints ------------------------------------------------------------
+    # A prefill in progress notes how far it got (serving/serve/checkpoint.py), so that a restart
+    # resumes it. The note is opaque here; it expires after ``ttl_s`` unless written again, like
+    # the lease that holds the pages it names (KVStore.hold_pages).
+    @abstractmethod
+    def put_checkpoint(self, key: str, tenant: str, value: str, ttl_s: float) -> None:
+        """Write (or overwrite) the tenant's note under ``key``; it expires ``ttl_s`` later."""
+
+    @abstractmethod
+    def get_checkpoint(self, key: str, tenant: str) -> str | None:
+        """The tenant's live note under ``key``, or None (never written, deleted or expired)."""
+
+    @abstractmethod
+    def delete_checkpoint(self, key: str, tenant: str) -> bool:
+        """Drop the note; False when there was none."""
+
     # -- bookkeeping ------------------------------------------------------------------
     @abstractmethod
     def stats(self) -> dict[str, int]:
@@ -169,6 +185,7 @@ class InProcessDirectory(Directory):
         self._lock = threading.RLock()
         self._contexts: dict[str, _Ctx] = {}
         self._pages: dict[str, list[int]] = {}  # page -> [rc, ctx]
+        self._checkpoints: dict[tuple[str, str], tuple[str, float]] = {}  # (tenant, key) -> (note, expiry)
         self.negative_clamps = 0
 
     def ping(self) -> None:
@@ -333,6 +350,27 @@ class InProcessDirectory(Directory):
         with self._lock:
             entry = self._contexts.get(context_id)
             return list(entry.blobs.values()) if entry and not entry.deleted else []
+
+    def put_checkpoint(self, key: str, tenant: str, value: str, ttl_s: float) -> None:
+        validate_id(key, "checkpoint key")
+        validate_id(tenant, "tenant")
+        _check_ttl(ttl_s)
+        with self._lock:
+            self._checkpoints[(tenant, key)] = (str(value), self._clock() + ttl_s)
+
+    def get_checkpoint(self, key: str, tenant: str) -> str | None:
+        with self._lock:
+            value, expiry = self._checkpoints.get((tenant, key), (None, 0.0))
+            if value is not None and expiry <= self._clock():
+                del self._checkpoints[(tenant, key)]
+                return None
+            return value
+
+    def delete_checkpoint(self, key: str, tenant: str) -> bool:
+        with self._lock:
+            live = self.get_checkpoint(key, tenant) is not None
+            self._checkpoints.pop((tenant, key), None)
+            return live
 
     def stats(self) -> dict[str, int]:
         with self._lock:

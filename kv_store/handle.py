@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
+from .codec import QuantKVPage
 from .directory import Directory
 from .errors import ContextNotFoundError, PageNotInContextError, StoreError
 from .records import ContextRecord
@@ -120,13 +121,16 @@ class ContextHandle:
         if self.lease_lost:
             raise ContextNotFoundError(self.context_id) from ValueError("lease lost and context gone")
 
-    def get_pages(self, page_ids: list[str] | None = None, copy: bool = False) -> list[torch.Tensor]:
+    def get_pages(self, page_ids: list[str] | None = None, copy: bool = False, quantized: bool = False
+                  ) -> list[torch.Tensor | QuantKVPage]:
         """The pages' tensors (all of the context's pages by default), in the order asked.
 
         Without ``copy`` the tensors are views of the one shared copy in the
         object store: **never modify them in place** — torch has no read-only
         tensors, and a write would change the page for every agent on the node.
-        Pass ``copy=True`` for private, writable tensors.
+        Pass ``copy=True`` for private, writable tensors. ``quantized``: quantised KV pages
+        (``model.kv_dtype`` fp8_e4m3 / int8) come back as :class:`~.codec.QuantKVPage`, values and
+        scales as stored (views, read-only likewise), not dequantised.
         Raises :class:`PagesMissingError` for evicted/lost pages and
         :class:`PageNotInContextError` for ids outside this context.
         """
@@ -135,7 +139,7 @@ class ContextHandle:
         foreign = [p for p in ids if p not in self._page_set]
         if foreign:
             raise PageNotInContextError(f"{len(foreign)} requested page(s) are not in context {self.context_id!r}")
-        return self._store._get_pages(ids, copy=copy)
+        return self._store._get_pages(ids, copy=copy, quantized=quantized)
 
     def get_blob(self, name: str, copy: bool = False) -> torch.Tensor | bytes:
         self._check_open()

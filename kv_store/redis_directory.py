@@ -242,6 +242,23 @@ class RedisDirectory(Directory):
             return []
         return [BlobMeta.from_json(v) for v in self.client.hvals(self.prefix + "blobs:" + context_id)]
 
+    # Prefill checkpoints are plain keys with a Redis expiry: nothing else reads or counts them.
+    def _checkpoint_key(self, key: str, tenant: str) -> str:
+        return f"{self.prefix}ckpt:{validate_id(tenant, 'tenant')}:{validate_id(key, 'checkpoint key')}"
+
+    @_wrap
+    def put_checkpoint(self, key: str, tenant: str, value: str, ttl_s: float) -> None:
+        _check_ttl(ttl_s)
+        self.client.set(self._checkpoint_key(key, tenant), value, px=max(1, int(ttl_s * 1000)))
+
+    @_wrap
+    def get_checkpoint(self, key: str, tenant: str) -> str | None:
+        return self.client.get(self._checkpoint_key(key, tenant))
+
+    @_wrap
+    def delete_checkpoint(self, key: str, tenant: str) -> bool:
+        return bool(self.client.delete(self._checkpoint_key(key, tenant)))
+
     @_wrap
     def stats(self) -> dict[str, int]:
         pipe = self.client.pipeline(transaction=False)

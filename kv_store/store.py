@@ -25,7 +25,7 @@ import torch
 from agentctx.common import settings
 
 from .actor_directory import ActorDirectory
-from .codec import PagePayload, decode_payload, dtype_name, encode_bytes, encode_tensor
+from .codec import PagePayload, QuantKVPage, decode_kv_quant, decode_payload, dtype_name, encode_bytes, encode_tensor
 from .directories import make_directory
 from .directory import Directory
 from .errors import InvalidInputError, PagesMissingError, StoreError, StoreUnavailableError
@@ -183,7 +183,8 @@ class KVStore:
             added += self._call(self._actor.put_pages, [p for p, _ in part], [x for _, x in part])
         return added
 
-    def _get_pages(self, page_ids: list[str], copy: bool = False) -> list[torch.Tensor]:
+    def _get_pages(self, page_ids: list[str], copy: bool = False, quantized: bool = False
+                   ) -> list[torch.Tensor | QuantKVPage]:
         refs = self._call(self._actor.get_refs, list(page_ids))
         missing = [p for p, r in zip(page_ids, refs) if r is None]
         if missing:
@@ -192,7 +193,30 @@ class KVStore:
             payloads: list[PagePayload] = ray.get(refs, timeout=self.call_timeout_s)
         except ray.exceptions.ObjectLostError as exc:  # owner died between the two calls
             raise StoreUnavailableError(f"pages lost with the store actor: {exc}", retryable=True) from exc
+        if quantized:  # quantised KV pages as stored (views of the payload), the others decoded
+            return [decode_kv_quant(p) if p.kind.startswith("kvq-") else decode_payload(p, copy=copy) for p in payloads]
         return [decode_payload(p, copy=copy) for p in payloads]
+
+    def get_pages(self, page_ids: list[str]) -> list[torch.Tensor]:
+        """Pages by id (decoded, zero-copy where possible) for a caller that holds them some other
+        way (a :meth:`hold_pages` lease); ``PagesMissingError`` for any not stored."""
+        return self._get_pages(validate_page_ids(page_ids))
+
+    def hold_pages(self, hold_id: str, tenant: str, page_ids: list[str], holder_id: str, ttl_s: float) -> None:
+        """Hold stored pages under a lease of ``ttl_s`` that no context owns: they are neither
+        evicted nor freed until ``release(hold_id, holder_id)`` or the lease's expiry (the reaper),
+        and are then freed unless a context lists them. What a prefill checkpoint keeps its pages by.
+
+        Built from the directory's own rule rather than a new one: a record deleted while held
+        lives until its last holder goes, and its pages count only that holder. So the hold is a
+        record created, acquired and deleted at once; ``hold_id`` must be unused."""
+        record = ContextRecord(context_id=hold_id, tenant=tenant, model_id="held-pages", dtype="none",
+                               page_ids=list(page_ids), token_spans=[(0, 0)] * len(page_ids))
+        self.create_context(record)  # PagesMissingError when one was evicted since its put
+        try:
+            self.directory.acquire(hold_id, tenant, holder_id, ttl_s)
+        finally:
+            self.delete_context(hold_id, tenant)  # without the lease (acquire failed) this frees them
 
     def refcount(self, page_id: str) -> int:
         return self.directory.refcount(page_id)
@@ -274,6 +298,17 @@ class KVStore:
 
     def get_document(self, context_id: str, tenant: str | None = None) -> str:
         return self.directory.get_document(context_id, tenant)
+
+    def put_checkpoint(self, key: str, tenant: str, value: str, ttl_s: float) -> None:
+        """A note of the tenant's under ``key`` in the directory that expires after ``ttl_s``
+        (a prefill checkpoint: serving/serve/checkpoint.py)."""
+        self.directory.put_checkpoint(key, tenant, value, ttl_s)
+
+    def get_checkpoint(self, key: str, tenant: str) -> str | None:
+        return self.directory.get_checkpoint(key, tenant)
+
+    def delete_checkpoint(self, key: str, tenant: str) -> bool:
+        return self.directory.delete_checkpoint(key, tenant)
 
     # -- tiers, metrics, lifecycle -----------------------------------------------------------------
     def spill_context(self, context_id: str, tenant: str) -> dict[str, int]:

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 DIRECTORY_METHODS = frozenset({
     "ping", "get_context", "list_contexts", "acquire", "renew", "release", "holders",
     "refcounts", "context_refs", "claim_free", "claim_evict", "put_blob_meta", "get_blob_meta",
-    "list_blobs", "stats", "put_document", "get_document",
+    "list_blobs", "stats", "put_document", "get_document", "put_checkpoint", "get_checkpoint", "delete_checkpoint",
 })
 
 

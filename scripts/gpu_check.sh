@@ -26,7 +26,8 @@ nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader || true
 t0=$SECONDS
 gpu_tests=(tests/kernels/test_tail_merge_gpu.py tests/kernels/test_union_gpu.py tests/kernels/test_rmsnorm_gpu.py
            tests/kernels/test_triton_gpu.py tests/kernels/test_positional.py tests/serving/test_model_runner_gpu.py
-           tests/serving/test_batch_slots_gpu.py tests/kernels/test_attend_quant_gpu.py)
+           tests/serving/test_batch_slots_gpu.py tests/kernels/test_attend_quant_gpu.py
+           tests/kernels/test_union_quant_gpu.py tests/serving/test_quant_kv_gpu.py)
 [ -f tests/kernels/test_rope_gpu.py ] && gpu_tests+=(tests/kernels/test_rope_gpu.py tests/serving/test_fused_rope.py)
 [ -f tests/serving/test_fused_proj.py ] && gpu_tests+=(tests/serving/test_fused_proj.py)
 timeout 480 "$py" -m pytest -q -m gpu -p no:cacheprovider "${gpu_tests[@]}" > "$out/gpu_tests.log" 2>&1

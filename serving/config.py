@@ -55,6 +55,10 @@ class EngineConfig:
     vllm_kv_cache_gib: float = 4.0
     vllm_max_model_len: int | None = None
     kv_dtype: str = "auto"  # auto | bf16 | fp8_e4m3 | int8: pages in the shared store (serve/replica.py)
+    # Seconds of prefill between two checkpoints in the store (None: none; 0: every chunk) and how
+    # long an abandoned one keeps its pages (serving/serve/checkpoint.py).
+    prefill_checkpoint_s: float | None = 30.0
+    prefill_checkpoint_ttl_s: float = 6 * 3600.0
 
     def __post_init__(self) -> None:
         if self.engine not in ("local", "vllm"):
@@ -74,6 +78,10 @@ class EngineConfig:
         if any(n is not None and n < 1 for n in (self.step_tokens, self.step_tokens_decoding)):
             raise ValueError("step_tokens and step_tokens_decoding must be >= 1")
         check_kv_dtype(self.kv_dtype)
+        if self.prefill_checkpoint_s is not None and self.prefill_checkpoint_s < 0:
+            raise ValueError(f"prefill_checkpoint_s must be >= 0 or None, got {self.prefill_checkpoint_s}")
+        if not 0 < self.prefill_checkpoint_ttl_s <= 86_400:  # a store lease's range
+            raise ValueError(f"prefill_checkpoint_ttl_s must be in (0, 86400], got {self.prefill_checkpoint_ttl_s}")
         if self.kv_dtype != "auto" and self.engine != "local":
             # vLLM's store pages hold token ids, not KV: nothing to quantise.
             raise ValueError(f"kv_dtype {self.kv_dtype} needs engine local (vllm stores token ids, not KV)")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # tensors only in annotations: this module loads without torch
+    import torch
 
 __all__ = [
     "ContextTooLongError", "EmptyInputError", "TokenizedDoc", "PrefillResult", "GenerateRequest", "GenerateResult",
-    "ScoreRequest", "SamplingParams", "DOC_PREFIX",
+    "ScoreRequest", "SamplingParams", "DOC_PREFIX", "PrefillState",
 ]
 
 # Every document is prefilled behind the same short preamble so that all agents
@@ -41,6 +45,23 @@ class PrefillResult:
     kv_bytes: int
     prefill_s: float
     reused_pages: int = 0
+    resumed_tokens: int = 0  # tokens a checkpoint already had (not computed again)
+
+
+@dataclass(frozen=True)
+class PrefillState:
+    """A chunked prefill stopped at a page boundary: tokens ``[0, num_tokens)`` are computed.
+
+    ``pages[j]`` is page ``first_page + j`` in the store's layout ``(L_global, 2, P, Hkv, D)``;
+    ``window`` is the sliding layers' last ``Wt = min(W, num_tokens)`` tokens
+    ``(L_sliding, 2, Wt, Hkv, D)`` (None without sliding layers), the one thing pages do not hold.
+    To resume, ``first_page`` is 0 and ``pages`` covers every computed token.
+    """
+
+    num_tokens: int
+    first_page: int
+    pages: list[torch.Tensor]
+    window: torch.Tensor | None
 
 
 @dataclass(frozen=True)

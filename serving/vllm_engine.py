@@ -159,6 +159,8 @@ class VLLMEngine(Engine):
         warm=False only registers the tokens: the first query then pays the prefill (cold TTFT)."""
         self._check_length(len(doc.token_ids))
         t0 = time.perf_counter()
+        if on_chunk is not None:  # where it starts (progress rates count from this report)
+            on_chunk(0, len(doc.token_ids))
         if warm:
             self._warm(list(doc.token_ids))
             self.stats["prefills"] += 1

@@ -25,6 +25,11 @@ from pathlib import Path
 
 import pytest
 
+# The suite's exactness checks (logits against transformers' forward, batched greedy tokens against a
+# request alone) are stated in float32; a CPU with bf16 dot products would otherwise default to bf16
+# (serving/compute_dtype.py). Tests of the bf16 default set the variable themselves.
+os.environ.setdefault("AGENTCTX_CPU_DTYPE", "float32")
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["tiny_config", "make_tiny_checkpoint", "byte_tokenizer", "tiny_runner", "token_ids", "TINY_FAMILIES"]
+__all__ = ["tiny_config", "make_tiny_checkpoint", "byte_tokenizer", "tiny_runner", "token_ids", "TINY_FAMILIES",
+           "dequantized_copy"]
 
 TINY_FAMILIES = ("llama", "qwen3", "gemma3_text")
 _VOCAB = 300  # 256 bytes + specials + spare
@@ -110,3 +111,14 @@ def tiny_runner(family: str, path: Path, **kw):
     kw.setdefault("page_size", 16)
     kw.setdefault("prefill_chunk_tokens", 32)
     return ModelRunner(load_model(make_tiny_checkpoint(family, path), device="cpu"), **kw)
+
+
+def dequantized_copy(doc):
+    """The same document with its quantised pages (model.kv_dtype fp8_e4m3 / int8) dequantised to
+    its compute dtype: float pages of exactly the values the quantised ones stand for."""
+    from agentctx.serving.runner.paged_kv import DocKV
+
+    k = {l: doc.flat(l)[0].view(doc.k_pages[l].shape).clone() for l in doc.k_pages}
+    v = {l: doc.flat(l)[1].view(doc.v_pages[l].shape).clone() for l in doc.v_pages}
+    return DocKV(doc.layout, doc.page_size, doc.num_tokens, k, v, window_k=dict(doc.window_k),
+                 window_v=dict(doc.window_v), window_pos=doc.window_pos)

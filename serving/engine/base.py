@@ -14,6 +14,7 @@ import queue
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Protocol
 
 import torch
 
@@ -22,14 +23,26 @@ from agentctx.serving.types import (
     GenerateRequest,
     GenerateResult,
     PrefillResult,
+    PrefillState,
     ScoreRequest,
     TokenizedDoc,
 )
 
-__all__ = ["Engine", "ContextNotLoadedError", "PageLoader"]
+__all__ = ["Engine", "ContextNotLoadedError", "PageLoader", "PrefillState", "PrefillSink"]
 
 # page_loader(context_id, tenant) -> (num_tokens, [page tensors], window tensor | None, token ids)
 PageLoader = Callable[[str, str], tuple[int, list[torch.Tensor], torch.Tensor | None, list[int]]]
+
+
+class PrefillSink(Protocol):
+    """Takes a prefill's state at chunk boundaries (serving/serve/checkpoint.py). It runs on the
+    caller's thread between two chunks, so the engine loop keeps stepping other requests."""
+
+    def wants(self, done: int, total: int) -> int | None:
+        """None: no state now; else the first page the state must carry (those before are saved)."""
+
+    def take(self, state: PrefillState) -> None:
+        """Keep the state; an exception here fails the prefill."""
 
 
 class ContextNotLoadedError(KeyError):
@@ -54,6 +67,11 @@ class Engine(ABC):
         return False
 
     @property
+    def resumable(self) -> bool:
+        """Whether ``prefill`` takes ``start`` and ``sink`` (a prefill resumed from a checkpoint)."""
+        return False
+
+    @property
     def max_running(self) -> int:
         """Requests the engine runs at once (the Serve deployment's concurrency follows it)."""
         return 8
@@ -64,8 +82,11 @@ class Engine(ABC):
 
     @abstractmethod
     def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True,
-                on_chunk: Callable[[int, int], None] | None = None) -> PrefillResult:
-        """Compute the document's KV once; ``on_chunk(done, total)`` as it goes (tokens)."""
+                on_chunk: Callable[[int, int], None] | None = None, *, start: PrefillState | None = None,
+                sink: PrefillSink | None = None) -> PrefillResult:
+        """Compute the document's KV once; ``on_chunk(done, total)`` as it goes (tokens). Where
+        ``resumable``: from ``start`` (tokens before it not computed again), handing ``sink`` the
+        state at chunk boundaries."""
 
     @abstractmethod
     def export(self, context_id: str) -> tuple[int, list[torch.Tensor], torch.Tensor | None]:

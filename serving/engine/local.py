@@ -16,8 +16,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import torch
 
+from agentctx.common.kv_page import QuantKVPage
 from agentctx.kernels.tail_merge import first_call_results
-from agentctx.serving.engine.base import Engine, PageLoader
+from agentctx.serving.compute_dtype import default_dtype
+from agentctx.serving.engine.base import Engine, PageLoader, PrefillSink
 from agentctx.serving.engine.copy_constraint import QuoteVocabulary
 from agentctx.serving.engine.detokenize import TextStream
 from agentctx.serving.engine.kv_cache import DeviceKVCache
@@ -29,9 +31,22 @@ from agentctx.serving.runner.batch_forward import run_step
 from agentctx.serving.runner.model_runner import ModelRunner
 from agentctx.serving.runner.paged_kv import DocKV
 from agentctx.serving.tokenize import tokenize_document
-from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
+from agentctx.serving.types import (
+    GenerateRequest,
+    GenerateResult,
+    PrefillResult,
+    PrefillState,
+    ScoreRequest,
+    TokenizedDoc,
+)
 
 __all__ = ["LocalEngine", "STEP_TOKENS"]
+
+
+def _to_cpu(page: torch.Tensor | QuantKVPage) -> torch.Tensor | QuantKVPage:
+    if isinstance(page, QuantKVPage):
+        return QuantKVPage(page.data.cpu(), page.k_scale.cpu(), page.v_scale.cpu(), page.dtype)
+    return page.cpu()
 
 log = logging.getLogger(__name__)
 
@@ -69,22 +84,23 @@ class LocalEngine(Engine):
         step_tokens_decoding: int | None = None,
         max_step_kv_bytes: int | None = 4 << 30,
         tokenizer: str | None = None,
+        kv_dtype: str = "auto",
     ):
         """decode_batch: requests running at once (rows per step); step_tokens /
         step_tokens_decoding: prompt tokens per step without / with decode rows running (None: by
         device, see STEP_TOKENS); max_step_kv_bytes: bound on the KV bytes the running requests
-        read per step (serving/engine/scheduler.py)."""
+        read per step (serving/engine/scheduler.py); kv_dtype: documents' pages on the device,
+        "auto" / "bf16" in the compute dtype, "fp8_e4m3" / "int8" quantised (serving/runner/quant_kv.py)."""
         if decode_batch < 1:
             raise ValueError(f"decode_batch must be >= 1, got {decode_batch}")
         if not isinstance(model, LoadedModel):
-            if dtype is None:
-                on_gpu = (device or "").startswith("cuda") or (device is None and torch.cuda.is_available())
-                dtype = torch.bfloat16 if on_gpu else torch.float32
+            if dtype is None:  # bf16 on a GPU and on a CPU with bf16 dot products (serving/compute_dtype.py)
+                dtype = default_dtype(device)
             model = load_model(model, dtype=dtype, device=device, tokenizer=tokenizer)
         self.runner = ModelRunner(model, page_size=page_size, prefill_chunk_tokens=prefill_chunk_tokens,
                                   max_context_tokens=max_context_tokens, kernel_impl=kernel_impl,
                                   query_mode=query_mode, fused_norms=fused_norms, fused_rope=fused_rope,
-                                  fused_proj=fused_proj)
+                                  fused_proj=fused_proj, kv_dtype=kv_dtype)
         self.tokenizer = model.tokenizer
         self.model_id = model.model_id
         self.page_size = page_size
@@ -100,7 +116,8 @@ class LocalEngine(Engine):
         self.runner.batch_rows = min(decode_batch, 64)
         self._quotes: QuoteVocabulary | None = None
         self._stop_ids = frozenset(self.runner.stop_token_ids())
-        self.stats = {"prefills": 0, "prefill_tokens": 0, "cache_hits": 0, "cache_misses": 0, "loads": 0}
+        self.stats = {"prefills": 0, "prefill_tokens": 0, "resumed_tokens": 0, "cache_hits": 0, "cache_misses": 0,
+                      "loads": 0}
 
     @property
     def max_running(self) -> int:
@@ -111,35 +128,54 @@ class LocalEngine(Engine):
         return tokenize_document(self.tokenizer, text)
 
     def prefill(self, context_id: str, doc: TokenizedDoc, progress: bool = True,
-                on_chunk: Callable[[int, int], None] | None = None) -> PrefillResult:
-        """``on_chunk(done, total)`` after each chunk (tokens), for callers that report progress."""
+                on_chunk: Callable[[int, int], None] | None = None, *, start: PrefillState | None = None,
+                sink: PrefillSink | None = None) -> PrefillResult:
+        """``on_chunk(done, total)`` once before the first chunk (``done`` is where it starts) and
+        after each chunk (tokens), for callers that report progress. ``start``: resume from a saved
+        state (tokens before it are not computed again); ``sink``: handed the state at chunk
+        boundaries when it wants one (serving/serve/checkpoint.py)."""
         t0 = time.perf_counter()
         # One loop job per chunk: running requests keep stepping between chunks.
-        chunks = self.runner.iter_prefill(doc.token_ids, progress=progress)
+        chunks = self.runner.iter_prefill(doc.token_ids, progress=progress, start=start)
         kv = None
-        n, step, done = len(doc.token_ids), self.runner.prefill_chunk_tokens, 0
+        n, step = len(doc.token_ids), self.runner.prefill_chunk_tokens
+        done = first = 0 if start is None else start.num_tokens
+        if on_chunk is not None:
+            on_chunk(done, n)
         while (part := self.loop.call(lambda: next(chunks, None))) is not None:
             kv = part
             done = min(n, done + step)
+            # Between chunks the loop does not touch this document: its state is read here, off the loop.
+            if sink is not None and done < n and (from_page := sink.wants(done, n)) is not None:
+                sink.take(self.runner.prefill_state(kv, done, from_page))
             if on_chunk is not None:
                 on_chunk(done, n)
         dt = time.perf_counter() - t0
         kv.token_ids = list(doc.token_ids)
         self.stats["prefills"] += 1
-        self.stats["prefill_tokens"] += len(doc.token_ids)
+        self.stats["prefill_tokens"] += n - first
+        self.stats["resumed_tokens"] += first
         self._insert(context_id, kv)
-        return PrefillResult(context_id, kv.num_tokens, kv.num_pages, self.page_size, kv.kv_bytes(), dt)
+        return PrefillResult(context_id, kv.num_tokens, kv.num_pages, self.page_size, kv.kv_bytes(), dt,
+                             resumed_tokens=first)
 
     def export(self, context_id: str) -> tuple[int, list[torch.Tensor], torch.Tensor | None]:
         """(num_tokens, page tensors on CPU, window tensor on CPU) for the shared store (token ids: kv.token_ids)."""
         kv = self._lookup(context_id, tenant=None)
-        pages = [kv.page_tensor(i).cpu() for i in range(kv.num_pages)]
+        # Quantised pages leave as the device holds them (QuantKVPage: values and scales).
+        pages = [_to_cpu(kv.page_tensor(i)) for i in range(kv.num_pages)]
         window = kv.window_tensor()
         return kv.num_tokens, pages, None if window is None else window.cpu()
 
     @property
     def needs_window(self) -> bool:
         return bool(self.runner.layout.sliding_layers)
+
+    @property
+    def resumable(self) -> bool:
+        # Pages held quantised on the device (kv_dtype fp8/int8) are not checkpointed yet: a saved
+        # state (serving/runner/prefill.py prefill_state) carries compute-dtype pages only.
+        return getattr(self.runner, "kv_quant", None) is None
 
     # ------------------------------------------------------------------ held contexts
     def _cached(self, context_id: str) -> DocKV | None:
@@ -150,7 +186,7 @@ class LocalEngine(Engine):
 
     def _from_store(self, num_tokens, pages, window, token_ids) -> DocKV:
         kv = DocKV.from_tensors(self.runner.layout, self.page_size, num_tokens, pages, window,
-                                device=self.runner.device)
+                                device=self.runner.device, kv_dtype=self.runner.kv_quant, dtype=self.runner.dtype)
         kv.token_ids = token_ids
         return kv
 
@@ -178,7 +214,8 @@ class LocalEngine(Engine):
                 "fused_rope": len(r.rope.fused) if r.rope else 0,
                 "fused_proj": len(r.proj.fused) if r.proj else 0,
                 "scheduler": sched, "decode_batching": batching, "slot_kernels": first_call_results(),
-                "kv_bytes_per_token": r.layout.kv_bytes_per_token(r.dtype), "cached_contexts": len(self.kv),
+                "kv_dtype": r.kv_dtype, "kv_bytes_per_token": r.layout.kv_bytes_per_token(r.kv_storage_dtype),
+                "cached_contexts": len(self.kv),
                 "cached_bytes": self.cached_bytes(), "evictions": self.kv.evictions}
 
     def close(self) -> None:
@@ -191,7 +228,7 @@ class LocalEngine(Engine):
         sel = None if pages is None else self.runner.selected_pages(kv, pages)
         slot = kv.slot_lens().tolist()
         attended = kv.num_tokens if sel is None else int(sum(slot[p] for p in sel))
-        per_token = self.runner.layout.kv_bytes_per_token(self.runner.dtype)
+        per_token = self.runner.layout.kv_bytes_per_token(self.runner.kv_storage_dtype)
         req = Request(kv, self.runner.new_tail(kv), prompt_ids, sel, attended_tokens=attended, **kw)
         req.kv_bytes = per_token * (attended + len(prompt_ids) + req.max_new_tokens)
         self.kv.pin(context_id)

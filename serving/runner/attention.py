@@ -154,14 +154,13 @@ def _sliding(step, layer, q, k, v, scale, softcap, window):
 def _global_prefill(step: PrefillStep, layer, q, k, v, scale, softcap):
     doc, p = step.doc, step.doc.page_size
     n_prev = step.first_page * p
-    # Earlier pages are contiguous and full: a view, not a gather.
-    flat_k, flat_v = doc.flat(layer)
-    o_prev, l_prev = full_attention_lse(q, flat_k[:n_prev], flat_v[:n_prev], scale, softcap)
+    # Earlier pages are contiguous and full: a view, not a gather (quantised pages: this layer's
+    # prefix dequantised; the chunk reads the KV as later queries will).
+    prev_k, prev_v = doc.prefix(layer, n_prev)
+    o_prev, l_prev = full_attention_lse(q, prev_k, prev_v, scale, softcap)
     o_loc, l_loc = masked_attention_lse(q, k, v, step.positions, step.positions, scale, softcap=softcap)
     out, _ = merge_attention(o_prev, l_prev, o_loc, l_loc)
-    t = k.shape[0]
-    flat_k[n_prev : n_prev + t] = k
-    flat_v[n_prev : n_prev + t] = v
+    doc.write_chunk(layer, step.first_page, k, v)
     return out.to(q.dtype)
 
 
@@ -169,15 +168,15 @@ def _global_extend(step: ExtendStep, layer, q, k, v, scale, softcap):
     doc, tail = step.doc, step.tail
     if q.device.type == "cpu" and step.block_table.shape[1] == doc.num_pages:
         # Every page on CPU: the pool read in place (dense attention over the document) instead
-        # of attend_selected's reference path, which gathers a copy of every page per layer.
+        # of attend_selected's reference path, which gathers a copy of every page per layer
+        # (quantised pages: one float copy of this layer, as that path would make).
         flat_k, flat_v = doc.flat(layer)
         n = doc.num_tokens
         o_pages, l_pages = (x.unsqueeze(0) for x in full_attention_lse(q, flat_k[:n], flat_v[:n], scale, softcap))
     else:
         o_pages, l_pages = attend_selected(
             q.unsqueeze(0),
-            doc.k_pages[layer],
-            doc.v_pages[layer],
+            *doc.pool(layer),
             step.block_table,
             step.num_blocks,
             step.slot_lens,

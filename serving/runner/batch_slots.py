@@ -40,6 +40,7 @@ from agentctx.kernels import attend_selected
 from agentctx.kernels.tail_merge import attend_tail_merged, attend_window
 from agentctx.kernels.union_attend import MAX_ROWS, attend_union
 from agentctx.serving.runner.paged_kv import DocKV, QueryTail
+from agentctx.serving.runner.quant_kv import layer_pool
 
 __all__ = ["BatchSlots", "RowBinding", "BatchStaticStep", "batch_static_attention", "row_bucket"]
 
@@ -81,6 +82,7 @@ class BatchSlots:
         self.start = doc.num_tokens
         self.num_pages = doc.num_pages
         self.k_pages, self.v_pages = doc.k_pages, doc.v_pages
+        self.k_scales, self.v_scales = doc.k_scales, doc.v_scales  # empty unless the pages are quantised
         self.slot_lens = doc.slot_lens()
         shape = (rows, capacity, layout.num_kv_heads, layout.head_dim)
         self.tail_k = {l: torch.zeros(shape, dtype=dt, device=dev) for l in layout.global_layers}
@@ -287,13 +289,14 @@ def batch_static_attention(step: BatchStaticStep, layer: int, q, k, v, scale: fl
     dst = base + slots
     flat_k.index_copy_(0, dst, k)
     flat_v.index_copy_(0, dst, v)
+    k_pool, v_pool = layer_pool(bs.k_pages, bs.k_scales, layer), layer_pool(bs.v_pages, bs.v_scales, layer)
     if bs.use_union:
         # Dummy rows have no bit: no page is read for them (out 0, lse -inf).
-        o_pages, l_pages = attend_union(q, bs.k_pages[layer], bs.v_pages[layer], bs.union, bs.union_len,
+        o_pages, l_pages = attend_union(q, k_pool, v_pool, bs.union, bs.union_len,
                                         bs.row_bits, bs.slot_lens, scale, softcap, impl=runner.union_impl,
                                         check=False)
     else:
-        o4, l3 = attend_selected(q.unsqueeze(1), bs.k_pages[layer], bs.v_pages[layer], bs.table[:b],
+        o4, l3 = attend_selected(q.unsqueeze(1), k_pool, v_pool, bs.table[:b],
                                  bs.num_blocks[:b], bs.slot_lens, scale, softcap=softcap, impl=runner.kernel_impl)
         o_pages, l_pages = o4[:, 0], l3[:, 0]
     return attend_tail_merged(q, flat_k, flat_v, dst, o_pages, l_pages, scale, softcap, impl=runner.tail_impl,

@@ -13,24 +13,25 @@ import importlib.util
 import logging
 
 import torch
-from tqdm.auto import tqdm
 
 from agentctx.serving.fusions.norms import FusedNorms, install_norms, norms_active
 from agentctx.serving.fusions.proj import FusedProj, install_proj, proj_active
 from agentctx.serving.fusions.rope import FusedRope, install_rope, rope_active
 from agentctx.serving.model_loader import LoadedModel
-from agentctx.serving.runner.attention import ATTN_IMPL, STEP, PrefillStep
+from agentctx.serving.runner.attention import ATTN_IMPL, STEP
 from agentctx.serving.runner.batch_slots import BatchSlots
 from agentctx.serving.runner.greedy_head import GreedyHead
 from agentctx.serving.runner.packed_attention import ExtendStep, PackedStep
 from agentctx.serving.runner.paged_kv import DocKV, LayerLayout, QueryTail
+from agentctx.serving.runner.prefill import SLIDING_PREFILL, iter_prefill, prefill_state
+from agentctx.serving.runner.quant_kv import device_kv_dtype
 from agentctx.serving.runner.static_query import (
     BUCKETS,
     QuerySlots,
     table_width,
 )
 from agentctx.serving.tokenize import stop_token_ids
-from agentctx.serving.types import ContextTooLongError, EmptyInputError  # noqa: F401 - re-exported
+from agentctx.serving.types import ContextTooLongError, EmptyInputError, PrefillState  # noqa: F401 - re-exported
 
 __all__ = ["ModelRunner", "PackedStep", "ExtendStep", "ContextTooLongError", "EmptyInputError", "ATTN_IMPL",
            "QUERY_MODES", "FUSED_NORMS", "FUSED_ROPE", "SLIDING_PREFILL"]
@@ -49,11 +50,6 @@ FUSED_ROPE = ("auto", "on", "off")
 # q/k/v and gate/up as one matrix product each during our forwards (serving/fusions/proj.py,
 # plain PyTorch): "auto" = on for CUDA models (where a forward is launch-bound); "on" anywhere.
 FUSED_PROJ = ("auto", "on", "off")
-# How a prefill chunk's sliding-window layers attend (the chunk after the previous window):
-# "kernel" = the Triton band kernel (kernels/tail_merge.attend_window, first call checked
-# against the torch path), "banded" = SDPA band by band, "square" = blockwise fp32 with a
-# positional mask over the whole chunk (the reference), "auto" = kernel on CUDA, banded elsewhere.
-SLIDING_PREFILL = ("auto", "kernel", "banded", "square")
 _MAX_SLOT_SETS = 4  # static slot sets (table widths) kept per document
 
 
@@ -96,7 +92,10 @@ class ModelRunner:
         fused_norms: str = "auto",
         fused_rope: str = "auto",
         fused_proj: str = "auto",
+        kv_dtype: str = "auto",
     ):
+        """kv_dtype: how documents' pages are held on the device: "auto" / "bf16" in the compute
+        dtype, "fp8_e4m3" / "int8" quantised (serving/runner/quant_kv.py), read so by the decode kernels."""
         if fused_norms not in FUSED_NORMS:
             raise ValueError(f"fused_norms must be one of {FUSED_NORMS}, got {fused_norms!r}")
         if fused_rope not in FUSED_ROPE:
@@ -120,6 +119,8 @@ class ModelRunner:
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.max_context_tokens = max_context_tokens
         self.kernel_impl = kernel_impl
+        self.kv_dtype = kv_dtype
+        self.kv_quant: torch.dtype | None = device_kv_dtype(kv_dtype)  # None: pages in the compute dtype
         # Static forwards attend their slot buffers (global layers: the query's own tokens,
         # merged with the pages; sliding layers: the window band) with one Triton kernel per
         # layer on CUDA (kernels/tail_merge.py); "torch" keeps the plain-PyTorch path. Like
@@ -278,41 +279,11 @@ class ModelRunner:
         *_, doc = self.iter_prefill(token_ids, progress)
         return doc
 
-    @torch.inference_mode()
-    def iter_prefill(self, token_ids, progress: bool = True):
-        """The same prefill, one chunk per iteration (the scheduler interleaves them with its
-        steps): yields the DocKV after each chunk; it is complete after the last one."""
-        ids = torch.as_tensor(token_ids, dtype=torch.long).view(-1)
-        n = ids.numel()
-        if n == 0:
-            raise EmptyInputError("document is empty: nothing to prefill")
-        if n > self.max_context_tokens:
-            raise ContextTooLongError(
-                f"document has {n} tokens, over the configured maximum of {self.max_context_tokens} "
-                "(raise AGENTCTX_MAX_CONTEXT_TOKENS or split the document)"
-            )
-        doc = DocKV.allocate(self.layout, self.page_size, n, self.dtype, self.device)
-        chunk = self.prefill_chunk_tokens
-        sliding = self.sliding_prefill
-        if sliding not in SLIDING_PREFILL:
-            raise ValueError(f"sliding_prefill must be one of {SLIDING_PREFILL}, got {sliding!r}")
-        if sliding == "auto":
-            sliding = "kernel" if self.device.type == "cuda" else "banded"
-        bar = tqdm(total=n, unit="tok", desc="prefill", disable=not progress or n <= 4 * chunk)
-        hidden = None
-        for start in range(0, n, chunk):
-            end = min(start + chunk, n)
-            pos = torch.arange(start, end, device=self.device)
-            step = PrefillStep(doc=doc, positions=pos, first_page=start // self.page_size, sliding=sliding)
-            hidden = self._hidden(ids[start:end], pos, step)
-            if self.layout.sliding_layers:
-                doc.window_pos = torch.arange(max(0, end - self.layout.window), end, device=self.device)
-            bar.update(end - start)
-            if end < n:
-                yield doc
-        bar.close()
-        doc.last_logits = self.logits_from_hidden(hidden[-1:])[0]
-        yield doc
+    def iter_prefill(self, token_ids, progress: bool = True, start: PrefillState | None = None):
+        """The same prefill, one chunk per iteration (serving/runner/prefill.py)."""
+        return iter_prefill(self, token_ids, progress, start)
+
+    prefill_state = staticmethod(prefill_state)
 
     # ------------------------------------------------------------------ queries
     @staticmethod
@@ -412,6 +383,11 @@ class ModelRunner:
             bs = doc.batch_slots[key] = BatchSlots(self, doc, width, self.batch_rows, self.batch_tail_tokens,
                                                    union=self.union_attention)
         return bs
+
+    @property
+    def kv_storage_dtype(self) -> torch.dtype:
+        """The dtype of document page values on the device (what a page read costs per value)."""
+        return self.kv_quant or self.dtype
 
     def new_tail(self, doc: DocKV) -> QueryTail:
         return QueryTail(start=doc.num_tokens)

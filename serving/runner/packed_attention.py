@@ -99,8 +99,9 @@ def _row_bytes(st: ExtendStep, every: bool, num_heads: int) -> int:
     doc, lay = st.doc, st.doc.layout
     if every:
         return 2 * num_heads * doc.num_tokens * 4
-    k = next(iter(doc.k_pages.values()))
-    return 2 * int(st.block_table.shape[1]) * doc.page_size * lay.num_kv_heads * lay.head_dim * k.element_size()
+    # Gathered pages are float (quantised ones are dequantised as they are gathered).
+    return 2 * int(st.block_table.shape[1]) * doc.page_size * lay.num_kv_heads * lay.head_dim * \
+        doc.float_dtype.itemsize
 
 
 def decode_groups(steps: list[ExtendStep], spans: list[tuple[int, int]], num_heads: int) -> list[DecodeGroup]:
@@ -183,8 +184,8 @@ def attend_group(g: DecodeGroup, steps: list[ExtendStep], layer: int, q: torch.T
         o_doc, l_doc = attend_rows_shared(q, flat_k[:n_tok], flat_v[:n_tok], every, scale, softcap)
     else:
         n, m = g.table.shape
-        pk = doc.k_pages[layer][g.table].view(n, m * doc.page_size, *k.shape[1:])
-        pv = doc.v_pages[layer][g.table].view(n, m * doc.page_size, *v.shape[1:])
+        pk, pv = doc.gather(layer, g.table)  # (n, m, P, Hkv, D), float even from quantised pages
+        pk, pv = pk.view(n, m * doc.page_size, *k.shape[1:]), pv.view(n, m * doc.page_size, *v.shape[1:])
         o_doc, l_doc = attend_rows(q, pk, pv, g.page_valid, scale, softcap)
     out, _ = merge_attention(o_doc, l_doc, o_tail, l_tail)
     return out

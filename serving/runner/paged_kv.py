@@ -7,6 +7,10 @@ W tokens of the document: that is all any later token can see in those layers.
 
 The page tensor of the store (one content-addressed unit) stacks every global
 layer's K and V for one page: (L_global, 2, P, Hkv, D).
+
+With ``model.kv_dtype`` fp8_e4m3 or int8 the pages are held quantised (values one byte each plus
+float32 scales per layer, ``k_scales`` / ``v_scales``; serving/runner/quant_kv.py) and the
+decode kernels read them as they are; the store's unit is then a ``QuantKVPage`` of the same bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,17 @@ import functools
 from dataclasses import dataclass, field
 
 import torch
+
+from agentctx.common.kv_page import QuantKVPage
+from agentctx.kernels.kv_quant import QuantPages
+from agentctx.serving.runner.quant_kv import (
+    allocate_pool,
+    dequantize_pool,
+    layer_pool,
+    page_unit,
+    pools_from_units,
+    quantize_chunk,
+)
 
 __all__ = ["LayerLayout", "DocKV", "QueryTail"]
 
@@ -44,16 +59,20 @@ class LayerLayout:
         return cls(n, global_, sliding, window if sliding else None, config.num_key_value_heads, head_dim)
 
     def kv_bytes_per_token(self, dtype: torch.dtype) -> int:
-        """Bytes of paged KV per document token (global layers only)."""
-        return 2 * len(self.global_layers) * self.num_kv_heads * self.head_dim * torch.finfo(dtype).bits // 8
+        """Bytes of paged KV values per document token (global layers only; quantised pages' scales,
+        1.6-3 % more, are left out)."""
+        return 2 * len(self.global_layers) * self.num_kv_heads * self.head_dim * dtype.itemsize
 
 
 @dataclass
 class DocKV:
     """A document's KV: pages for global layers, a trailing window for sliding layers.
 
-    k_pages[l], v_pages[l]: (num_pages, P, Hkv, D) for each global layer l.
-    window_k[l], window_v[l]: (Wt, Hkv, D) the last Wt <= W tokens, positions window_pos (Wt,).
+    k_pages[l], v_pages[l]: (num_pages, P, Hkv, D) for each global layer l, in the compute dtype, or
+    quantised (fp8 e4m3 / int8) with k_scales[l], v_scales[l] float32 (num_pages, 1|P, Hkv, 1|D)
+    (serving/runner/quant_kv.py); ``pool(layer)`` gives them as the kernels take them.
+    window_k[l], window_v[l]: (Wt, Hkv, D) the last Wt <= W tokens, positions window_pos (Wt,);
+    always in the compute dtype (a window is small).
     """
 
     layout: LayerLayout
@@ -61,6 +80,9 @@ class DocKV:
     num_tokens: int
     k_pages: dict[int, torch.Tensor]
     v_pages: dict[int, torch.Tensor]
+    k_scales: dict[int, torch.Tensor] = field(default_factory=dict)  # empty: float pages
+    v_scales: dict[int, torch.Tensor] = field(default_factory=dict)
+    compute_dtype: torch.dtype | None = None  # what quantised pages dequantise to (None: the pages' dtype)
     window_k: dict[int, torch.Tensor] = field(default_factory=dict)
     window_v: dict[int, torch.Tensor] = field(default_factory=dict)
     window_pos: torch.Tensor | None = None
@@ -87,11 +109,69 @@ class DocKV:
     def last_page_len(self) -> int:
         return self.num_tokens - (self.num_pages - 1) * self.page_size
 
+    @property
+    def quantized(self) -> bool:
+        return bool(self.k_scales)
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """The dtype of the stored page values (float8_e4m3fn / int8 when quantised)."""
+        return next(iter(self.k_pages.values())).dtype if self.k_pages else self.float_dtype
+
+    @property
+    def float_dtype(self) -> torch.dtype:
+        """The dtype attention computes in, and what quantised pages are dequantised to."""
+        if self.compute_dtype is not None:
+            return self.compute_dtype
+        return next(iter(self.k_pages.values())).dtype if self.k_pages else torch.float32
+
+    def pool(self, layer: int) -> tuple[torch.Tensor | QuantPages, torch.Tensor | QuantPages]:
+        """One global layer's K and V pools as the page kernels take them (float tensors or QuantPages)."""
+        return layer_pool(self.k_pages, self.k_scales, layer), layer_pool(self.v_pages, self.v_scales, layer)
+
     def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(num_pages * P, Hkv, D) views of one global layer's K and V, token after token: pages
-        are contiguous, so a run of whole pages (or the document) is a slice, not a gather."""
+        """(num_pages * P, Hkv, D) K and V of one global layer, token after token. Float pages: views
+        (pages are contiguous, so a run of whole pages is a slice, not a gather; prefill writes
+        through them). Quantised pages: a float copy of this one layer, dequantised on demand, for
+        the paths that are not the decode hot path (the CPU every-page read, eager every-page
+        decode groups); the caller drops it after the layer."""
+        if self.quantized:
+            return tuple(dequantize_pool(d, s, self.float_dtype).flatten(0, 1)
+                         for d, s in ((self.k_pages[layer], self.k_scales[layer]),
+                                      (self.v_pages[layer], self.v_scales[layer])))
         k, v = self.k_pages[layer], self.v_pages[layer]
         return k.view(-1, *k.shape[2:]), v.view(-1, *v.shape[2:])
+
+    def gather(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pages ``index`` (a long tensor of slots, any shape) of one layer, float: (*index.shape, P, Hkv, D)."""
+        if self.quantized:
+            return (dequantize_pool(self.k_pages[layer], self.k_scales[layer], self.float_dtype, index),
+                    dequantize_pool(self.v_pages[layer], self.v_scales[layer], self.float_dtype, index))
+        return self.k_pages[layer][index], self.v_pages[layer][index]
+
+    def prefix(self, layer: int, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``num_tokens`` (whole pages) of one layer, float (num_tokens, Hkv, D): views of
+        float pages; for quantised ones a dequantised copy of those pages only (a prefill chunk's
+        dense read of the pages before it: one layer's prefix at a time, never the document)."""
+        if not self.quantized:
+            k, v = self.flat(layer)
+            return k[:num_tokens], v[:num_tokens]
+        n = -(-num_tokens // self.page_size)
+        k, v = self.gather(layer, slice(0, n))
+        return k.flatten(0, 1)[:num_tokens], v.flatten(0, 1)[:num_tokens]
+
+    def write_chunk(self, layer: int, first_page: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write a prefill chunk's K and V (t, Hkv, D) of one layer from page ``first_page`` on;
+        quantised pages are quantised here, page by page (chunks are page aligned: each page is
+        written, and quantised, once)."""
+        if self.quantized:
+            quantize_chunk(self.k_pages[layer], self.k_scales[layer], first_page, k, "k")
+            quantize_chunk(self.v_pages[layer], self.v_scales[layer], first_page, v, "v")
+            return
+        flat_k, flat_v = self.flat(layer)
+        start = first_page * self.page_size
+        flat_k[start : start + k.shape[0]] = k
+        flat_v[start : start + v.shape[0]] = v
 
     def slot_lens(self) -> torch.Tensor:
         """(num_pages,) int32 valid tokens per page: full pages, ragged last page."""
@@ -102,15 +182,26 @@ class DocKV:
         return lens
 
     @classmethod
-    def allocate(cls, layout: LayerLayout, page_size: int, num_tokens: int, dtype, device) -> "DocKV":
+    def allocate(cls, layout: LayerLayout, page_size: int, num_tokens: int, dtype, device,
+                 kv_dtype: torch.dtype | None = None) -> "DocKV":
+        """Zeroed pages; ``kv_dtype`` float8_e4m3fn / int8: quantised pages (with scales) that
+        dequantise to ``dtype``, None: pages in ``dtype``."""
         n_pages = -(-num_tokens // page_size)
         shape = (n_pages, page_size, layout.num_kv_heads, layout.head_dim)
+        if kv_dtype is not None:
+            doc = cls(layout, page_size, num_tokens, {}, {}, compute_dtype=dtype)
+            for l in layout.global_layers:
+                doc.k_pages[l], doc.k_scales[l] = allocate_pool(shape, kv_dtype, "k", device)
+                doc.v_pages[l], doc.v_scales[l] = allocate_pool(shape, kv_dtype, "v", device)
+            return doc
         k = {l: torch.zeros(shape, dtype=dtype, device=device) for l in layout.global_layers}
         v = {l: torch.zeros(shape, dtype=dtype, device=device) for l in layout.global_layers}
-        return cls(layout, page_size, num_tokens, k, v)
+        return cls(layout, page_size, num_tokens, k, v, compute_dtype=dtype)
 
     def kv_bytes(self) -> int:
-        paged = sum(t.numel() * t.element_size() for t in (*self.k_pages.values(), *self.v_pages.values()))
+        """Device bytes of the pages (values and scales) and the sliding windows."""
+        paged = sum(t.numel() * t.element_size() for t in (*self.k_pages.values(), *self.v_pages.values(),
+                                                           *self.k_scales.values(), *self.v_scales.values()))
         window = sum(t.numel() * t.element_size() for t in (*self.window_k.values(), *self.window_v.values()))
         return paged + window
 
@@ -121,11 +212,31 @@ class DocKV:
         return self.kv_bytes() + sum(qs.nbytes() for qs in slots)
 
     # -- store exchange -------------------------------------------------------------
-    def page_tensor(self, i: int) -> torch.Tensor:
-        """(L_global, 2, P, Hkv, D) the store's unit for page i."""
+    def page_tensor(self, i: int) -> torch.Tensor | QuantKVPage:
+        """The store's unit for page i: (L_global, 2, P, Hkv, D), or for quantised pages a
+        ``QuantKVPage`` of the values and scales as the device holds them (no requantisation)."""
+        if self.quantized:
+            return page_unit(self.k_pages, self.v_pages, self.k_scales, self.v_scales, self.layout.global_layers, i,
+                             self.float_dtype)
         return torch.stack(
             [torch.stack([self.k_pages[l][i], self.v_pages[l][i]]) for l in self.layout.global_layers]
         )
+
+    def put_pages(self, first_page: int, units: list[torch.Tensor | QuantKVPage]) -> None:
+        """Write store units (``page_tensor``'s form) from page ``first_page`` on, in this document's
+        format: float units cast (or quantised), QuantKVPages of this dtype copied as they are (else
+        dequantised first). For a prefill resumed from a checkpoint; never assign float pages to
+        quantised ``k_pages`` directly (a cast to int8/fp8 would silently drop the scales)."""
+        for i, u in enumerate(units, start=first_page):
+            same = isinstance(u, QuantKVPage) and self.quantized and u.data.dtype == self.kv_dtype
+            page = None if same else (u.dequantize(self.float_dtype) if isinstance(u, QuantKVPage) else u)
+            for j, l in enumerate(self.layout.global_layers):
+                if same:
+                    self.k_pages[l][i], self.v_pages[l][i] = u.data[j, 0], u.data[j, 1]
+                    self.k_scales[l][i], self.v_scales[l][i] = u.k_scale[j], u.v_scale[j]
+                else:
+                    x = page[j].to(self.k_pages[l].device, self.float_dtype)
+                    self.write_chunk(l, i, x[0, : self.page_size], x[1, : self.page_size])
 
     def window_tensor(self) -> torch.Tensor | None:
         """(L_sliding, 2, Wt, Hkv, D) the sliding-layer state, or None without sliding layers."""
@@ -141,15 +252,29 @@ class DocKV:
         layout: LayerLayout,
         page_size: int,
         num_tokens: int,
-        pages: list[torch.Tensor],
+        pages: list[torch.Tensor | QuantKVPage],
         window: torch.Tensor | None,
         device=None,
+        kv_dtype: torch.dtype | None = None,
+        dtype: torch.dtype | None = None,
     ) -> "DocKV":
-        """Rebuild from store pages (each (L_global, 2, P, Hkv, D)) and the window tensor."""
-        stacked = torch.stack(pages).to(device) if pages else None  # (N, Lg, 2, P, Hkv, D)
-        k = {l: stacked[:, j, 0].contiguous() for j, l in enumerate(layout.global_layers)}
-        v = {l: stacked[:, j, 1].contiguous() for j, l in enumerate(layout.global_layers)}
-        doc = cls(layout, page_size, num_tokens, k, v)
+        """Rebuild from store pages (each (L_global, 2, P, Hkv, D), or a ``QuantKVPage``) and the
+        window tensor. ``kv_dtype`` float8_e4m3fn / int8: quantised pages (QuantKVPages of that
+        dtype are taken as they are; see ``quant_kv.pools_from_units``) that dequantise to
+        ``dtype`` (None: the pages' recorded dtype); None: float pages (quantised ones dequantised
+        to ``dtype`` or their recorded dtype)."""
+        layers = layout.global_layers
+        if kv_dtype is not None:
+            k, v, ks, vs = pools_from_units(pages, layers, page_size, num_tokens, kv_dtype, device)
+            recorded = next((p.dtype for p in pages if isinstance(p, QuantKVPage)), None) or \
+                next((p.dtype for p in pages if isinstance(p, torch.Tensor)), None)
+            doc = cls(layout, page_size, num_tokens, k, v, ks, vs, compute_dtype=dtype or recorded)
+        else:
+            pages = [p.dequantize(dtype) if isinstance(p, QuantKVPage) else p for p in pages]
+            stacked = torch.stack(pages).to(device=device, dtype=dtype) if pages else None  # (N, Lg, 2, P, Hkv, D)
+            k = {l: stacked[:, j, 0].contiguous() for j, l in enumerate(layers)}
+            v = {l: stacked[:, j, 1].contiguous() for j, l in enumerate(layers)}
+            doc = cls(layout, page_size, num_tokens, k, v)
         if window is not None:
             window = window.to(device)
             wt = window.shape[2]

@@ -40,6 +40,7 @@ import torch
 from agentctx.kernels import attend_selected, merge_attention
 from agentctx.kernels.tail_merge import attend_tail_merged, attend_window
 from agentctx.serving.runner.paged_kv import DocKV, QueryTail
+from agentctx.serving.runner.quant_kv import layer_pool
 
 __all__ = ["QuerySlots", "StaticStep", "TailBinding", "static_attention", "bucket_for", "table_width", "BUCKETS"]
 
@@ -98,6 +99,7 @@ class QuerySlots:
         self.start = doc.num_tokens  # tail slot j holds position start + j
         # References to the document's tensors, not to the DocKV: the DocKV owns us.
         self.k_pages, self.v_pages = doc.k_pages, doc.v_pages
+        self.k_scales, self.v_scales = doc.k_scales, doc.v_scales  # empty unless the pages are quantised
         self.slot_lens = doc.slot_lens()
         shape = (capacity, layout.num_kv_heads, layout.head_dim)
         self.tail_k = {l: torch.zeros(shape, dtype=dt, device=dev) for l in layout.global_layers}
@@ -261,7 +263,8 @@ def static_attention(step: StaticStep, layer: int, q, k, v, scale: float, softca
     tk.index_copy_(0, step.slots, k)
     tv.index_copy_(0, step.slots, v)
     o_pages, l_pages = attend_selected(
-        q.unsqueeze(0), qs.k_pages[layer], qs.v_pages[layer], qs.table, qs.num_blocks, qs.slot_lens,
+        q.unsqueeze(0), layer_pool(qs.k_pages, qs.k_scales, layer), layer_pool(qs.v_pages, qs.v_scales, layer),
+        qs.table, qs.num_blocks, qs.slot_lens,
         scale, softcap=softcap, impl=qs.runner.kernel_impl,
     )
     o_pages, l_pages = o_pages[0], l_pages[0]

@@ -28,10 +28,15 @@ class Progress:
     done: int
     total: int
     elapsed_s: float
+    # The first report: tokens already done (a prefill resumed from its checkpoint) and when. The
+    # rate counts only what this call computed since, so a resumed prefill's ETA is not too short.
+    start: int = 0
+    start_s: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
-        return self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        dt = self.elapsed_s - self.start_s
+        return (self.done - self.start) / dt if dt > 0 else 0.0
 
     @property
     def eta_s(self) -> float | None:
@@ -49,9 +54,18 @@ ProgressCallback = Callable[[Progress], None]
 
 def chunk_reporter(on_progress: ProgressCallback) -> Callable[[int, int], None]:
     """The ``on_chunk(done, total)`` an engine calls, turned into timed :class:`Progress` reports
-    (elapsed from now)."""
+    (elapsed from now). The engine reports where it starts before its first chunk (0, or a
+    checkpoint's tokens): rates count from that first report."""
     t0 = time.monotonic()
-    return lambda done, total: on_progress(Progress(done, total, time.monotonic() - t0))
+    first: list[tuple[int, float]] = []
+
+    def report(done: int, total: int) -> None:
+        elapsed = time.monotonic() - t0
+        if not first:
+            first.append((done, elapsed))
+        on_progress(Progress(done, total, elapsed, *first[0]))
+
+    return report
 
 
 class StalledError(TimeoutError):

@@ -21,11 +21,13 @@ import uuid
 import torch
 
 from agentctx.kernels.kv_quant import quantize_pages
-from agentctx.kv_store.codec import PagePayload, encode_kv_quant
+from agentctx.kv_store.codec import PagePayload, QuantKVPage, encode_kv_quant
 from agentctx.kv_store.hashing import kv_namespace
 from agentctx.kv_store.paging import page_char_spans
 from agentctx.serving.config import EngineConfig
 from agentctx.serving.engine import Engine, LocalEngine
+from agentctx.serving.runner.quant_kv import DEVICE_KV_DTYPES
+from agentctx.serving.serve.checkpoint import resumable_prefill
 from agentctx.serving.serve.restore import TOKENS_BLOB, WINDOW_BLOB, RestoreResult, restore_context
 from agentctx.serving.tokenize import empty_document, max_token_bytes, render_chat_template
 from agentctx.serving.types import GenerateRequest, GenerateResult, PrefillResult, ScoreRequest, TokenizedDoc
@@ -38,15 +40,23 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 _QUANT_KV = {"fp8_e4m3": "fp8", "int8": "int8"}
 
 
-def encode_store_pages(pages: list[torch.Tensor], indices: list[int], num_tokens: int, page_size: int,
-                       kv_dtype: str, granularity: tuple[str | None, str | None] = (None, None),
+def encode_store_pages(pages: list[torch.Tensor | QuantKVPage], indices: list[int], num_tokens: int,
+                       page_size: int, kv_dtype: str, granularity: tuple[str | None, str | None] = (None, None),
                        ) -> list[torch.Tensor | PagePayload]:
     """Pages ``(L_global, 2, P, Hkv, D)`` (page ``indices[j]`` of a ``num_tokens`` document) in the
     store's form for ``kv_dtype``: auto as they are; bf16 cast; fp8_e4m3 / int8 quantised by
     ``kernels.kv_quant`` (``codec.encode_kv_quant``), at its default granularities unless
     ``granularity`` (K, V) names others (fp8: K and V per token and head; int8: K per channel, V
     per token and head), the tokens past a ragged last page kept out of the scales. The global
-    layers are kv_quant's slot axis, so a page-level scale covers one layer of one page."""
+    layers are kv_quant's slot axis, so a page-level scale covers one layer of one page.
+
+    Pages a device already holds quantised (``QuantKVPage``, serving/runner/quant_kv.py) are
+    shipped as they are: their bytes, no dequantise/requantise trip."""
+    held = [p for p in pages if isinstance(p, QuantKVPage)]
+    if held:
+        if len(held) != len(pages) or any(p.data.dtype != DEVICE_KV_DTYPES.get(kv_dtype) for p in held):
+            raise ValueError(f"pages quantised as {held[0].data.dtype} cannot be stored as kv_dtype {kv_dtype}")
+        return [encode_kv_quant(p.data, p.k_scale, p.v_scale, p.dtype) for p in pages]
     if kv_dtype == "auto":
         return list(pages)
     if kv_dtype == "bf16":
@@ -86,6 +96,7 @@ def build_engine(m: EngineConfig) -> Engine:
         step_tokens=m.step_tokens,
         step_tokens_decoding=m.step_tokens_decoding,
         max_step_kv_bytes=m.max_step_kv_bytes,
+        kv_dtype=m.kv_dtype,
     )
 
 
@@ -101,7 +112,8 @@ class ModelReplica:
         if self.engine.page_size != cfg.page_size:
             raise ValueError(f"engine page size {self.engine.page_size} != configured {cfg.page_size}")
         self.engine.page_loader = self._load_pages if store is not None else None
-        self.metrics = {"requests": 0, "generated_tokens": 0, "pages_attended": 0, "ttft_s_sum": 0.0, "errors": 0}
+        self.metrics = {"requests": 0, "generated_tokens": 0, "pages_attended": 0, "ttft_s_sum": 0.0, "errors": 0,
+                        "checkpoint_saves": 0, "checkpoint_s_sum": 0.0}
         self._max_token_bytes: int | None = None
 
     # ------------------------------------------------------------------ info
@@ -178,7 +190,8 @@ class ModelReplica:
         token_pages = [ids[i : i + P] for i in range(0, len(ids), P)]
         page_ids = self.store.page_hashes(self.page_namespace, tenant, token_pages)
         reused = sum(self.store.has_pages(page_ids))
-        result = self.engine.prefill(context_id, doc, progress=progress, on_chunk=on_chunk)
+        # From the last checkpoint of this document when one is left (serving/serve/checkpoint.py).
+        result, checkpoint = resumable_prefill(self, context_id, tenant, doc, progress, on_chunk)
         num_tokens, pages, window = self.engine.export(context_id)
         # The window blob (sliding layers, at most W tokens) stays in the compute dtype.
         pages = self.store_pages(pages, list(range(len(pages))), num_tokens)
@@ -210,16 +223,19 @@ class ModelReplica:
         self.store.put_blob(context_id, TOKENS_BLOB, torch.tensor(doc.token_ids, dtype=torch.int64), tenant=tenant)
         if window is not None:
             self.store.put_blob(context_id, WINDOW_BLOB, window, tenant=tenant)
-        return PrefillResult(
-            context_id, result.num_tokens, result.num_pages, P, result.kv_bytes, result.prefill_s, reused_pages=reused
-        )
+        if checkpoint is not None:
+            checkpoint.discard()
+        return PrefillResult(context_id, result.num_tokens, result.num_pages, P, result.kv_bytes, result.prefill_s,
+                             reused_pages=reused, resumed_tokens=result.resumed_tokens)
 
     def _load_pages(self, context_id: str, tenant: str):
         """page_loader for the engine: copy a context's pages out of the shared store."""
         t0 = time.perf_counter()
         with self.store.open(context_id, tenant, holder_id=f"replica-load-{self.name}") as handle:
             rec = handle.record
-            pages = handle.get_pages(rec.page_ids)
+            # A device that holds pages quantised takes stored quantised pages as they are (QuantKVPage).
+            held_quantized = getattr(getattr(self.engine, "runner", None), "kv_quant", None) is not None
+            pages = handle.get_pages(rec.page_ids, quantized=held_quantized)
             window = None
             if self.engine.needs_window:
                 window = self.store.get_blob(context_id, WINDOW_BLOB, tenant=tenant)
@@ -228,7 +244,7 @@ class ModelReplica:
         # bf16: the engine gets its own (a no-op, not a copy, for pages already in it).
         dtype = getattr(getattr(self.engine, "runner", None), "dtype", None)
         if dtype is not None:
-            pages = [p.to(dtype) for p in pages]
+            pages = [p if isinstance(p, QuantKVPage) else p.to(dtype) for p in pages]
         log.info("replica %s loaded %s (%d pages) in %.3f s", self.name, context_id, len(pages),
                  time.perf_counter() - t0)
         return rec.num_tokens, pages, window, token_ids

@@ -18,6 +18,7 @@ import torch
 
 from agentctx.kv_store.doc_blob import DOC_BLOB, decode_doc_blob, encode_doc_blob
 from agentctx.kv_store.errors import BlobNotFoundError, ContextLostError
+from agentctx.serving.serve.checkpoint import resumable_prefill
 
 __all__ = ["restore_context", "RestoreResult", "WINDOW_BLOB", "TOKENS_BLOB"]
 
@@ -81,8 +82,10 @@ def restore_context(replica, context_id: str, tenant: str, text: str | None = No
     prefilled = False
     pages_put = 0
     if not all(have) or WINDOW_BLOB in lost:
+        checkpoint = None
         if not engine.holds(context_id):  # a replica that still caches it re-publishes without a prefill
-            engine.prefill(context_id, doc, progress=False, on_chunk=on_chunk)
+            # A restore cut off in turn resumes from its last checkpoint (serving/serve/checkpoint.py).
+            _, checkpoint = resumable_prefill(replica, context_id, tenant, doc, False, on_chunk)
             prefilled = True
         num_tokens, pages, window = engine.export(context_id)
         missing = [i for i, ok in enumerate(have) if not ok]
@@ -92,6 +95,8 @@ def restore_context(replica, context_id: str, tenant: str, text: str | None = No
             pages_put = len(missing)
         if WINDOW_BLOB in lost and window is not None:
             store.put_blob(context_id, WINDOW_BLOB, window, tenant=tenant)
+        if checkpoint is not None:
+            checkpoint.discard()
     if TOKENS_BLOB in lost:
         store.put_blob(context_id, TOKENS_BLOB, torch.tensor(doc.token_ids, dtype=torch.int64), tenant=tenant)
     if DOC_BLOB in lost:

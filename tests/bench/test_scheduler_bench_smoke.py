@@ -25,3 +25,16 @@ def test_scheduler_bench_tiny_cpu(tmp_path):
     assert all(r["loop_syncs_per_step"] <= 1.0 for r in out["results"])
     assert all(r["tok_per_s"] > 0 and r["ttft_p99_ms"] >= r["ttft_p50_ms"] for r in out["results"])
     assert out["head_of_line"]["busy_n"] >= 1
+
+
+@pytest.mark.timeout(300)
+def test_scheduler_bench_int8_random_kv_cpu():
+    """--kv-dtype int8: the document's KV drawn at random straight into int8 pages (no prefill),
+    decoded through both peers; the floor counts the quantised pages' bytes."""
+    from bench.bench_scheduler import main
+
+    out = main(["--model", "tiny-llama", "--tokens", "700", "--agents", "2", "--budgets", "0.25,dense",
+                "--new-tokens", "3", "--prompt-tokens", "5", "--page-size", "64", "--recent-tokens", "64",
+                "--kv-dtype", "int8"])
+    assert out["kv_dtype"] == "int8" and out["doc_kv"] == "random"
+    assert len(out["results"]) == 4 and all(r["tok_per_s"] > 0 for r in out["results"])

@@ -4,8 +4,9 @@ Used by test_triton_interpret.py in a subprocess, because TRITON_INTERPRET must
 be set before kernels.triton_attend is imported (Triton chooses interpreter vs
 compiler at decoration time) and must not leak into GPU tests of the parent.
 
-Usage: TRITON_INTERPRET=1 python -m tests.kernels._interp_runner [quant]
-        (no argument: the cases of test_triton_interpret.py; "quant": those of test_attend_quant.py)
+Usage: TRITON_INTERPRET=1 python -m tests.kernels._interp_runner [quant | union_quant]
+        (no argument: the cases of test_triton_interpret.py; "quant": those of test_attend_quant.py;
+        "union_quant": those of test_union_quant.py)
 Output: {"case-id": "ok" | "<error text>", ...}
 """
 
@@ -27,6 +28,10 @@ def main() -> int:
         from ._quant_cases import quant_cases, run_quant_case
 
         return _run([(f"quant-{name}", run_quant_case, spec) for name, spec in quant_cases().items()])
+    if sys.argv[1:] == ["union_quant"]:
+        from ._union_quant_cases import run_union_quant_case, union_quant_cases
+
+        return _run([(name, run_union_quant_case, spec) for name, spec in union_quant_cases().items()])
 
     from ._rmsnorm_cases import rmsnorm_cases, run_rmsnorm_case
     from ._tail_cases import run_tail_case, tail_cases

@@ -218,3 +218,19 @@ def test_document_is_kept_per_tenant_and_freed_with_its_context(directory):
     directory.delete_context("d1", "acme")
     if isinstance(directory, RedisDirectory):
         assert directory.client.exists(directory.prefix + "doc:d1") == 0
+
+
+def test_checkpoint_note_is_per_tenant_and_expires(directory):
+    """A prefill checkpoint's note (serving/serve/checkpoint.py): overwritten in place, read only by
+    its tenant, gone after its TTL or a delete."""
+    directory.put_checkpoint("pf-1", "acme", '{"done": 256}', 60.0)
+    directory.put_checkpoint("pf-1", "acme", '{"done": 512}', 0.3)
+    assert directory.get_checkpoint("pf-1", "acme") == '{"done": 512}'
+    assert directory.get_checkpoint("pf-1", "other-tenant") is None and directory.get_checkpoint("pf-2", "acme") is None
+    time.sleep(0.5)
+    assert directory.get_checkpoint("pf-1", "acme") is None
+    directory.put_checkpoint("pf-1", "acme", "x", 60.0)
+    assert directory.delete_checkpoint("pf-1", "acme") is True and directory.delete_checkpoint("pf-1", "acme") is False
+    assert directory.get_checkpoint("pf-1", "acme") is None
+    with pytest.raises(InvalidInputError):
+        directory.put_checkpoint("pf-1", "acme", "x", 0)

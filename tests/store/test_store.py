@@ -117,6 +117,39 @@ def test_delete_frees_unshared_pages_now_and_held_ones_on_last_release(make_stor
     assert store.metrics()["frees"] == 4
 
 
+def _wait_freed(store: KVStore, ids: list[str], timeout_s: float = 5.0) -> list[bool]:
+    deadline = time.monotonic() + timeout_s
+    while any(store.has_pages(ids)) and time.monotonic() < deadline:
+        time.sleep(0.02)  # frees after a release are fire-and-forget messages to the actor
+    return store.has_pages(ids)
+
+
+def test_hold_pages_keeps_them_until_release_or_expiry(make_store):
+    """A hold (what a prefill checkpoint keeps its pages by): rc 1 and no context ref while held,
+    not evicted under budget pressure; freed on release, or by the reaper once its lease expires,
+    except pages a context lists."""
+    store = make_store(budget_bytes=16 << 10)  # 16 pages of 1 KiB
+    ids = store.page_hashes("m", "acme", [[1], [2], [3]])
+    store.put_pages(ids, make_pages(3))
+    store.hold_pages("hold-a", "acme", ids[:2], "prefill-x", 60.0)
+    assert store.refcounts(ids) == [1, 1, 0] and store.directory.context_refs(ids) == [0, 0, 0]
+    assert "hold-a" not in store.list_contexts()
+    store.put_pages(store.page_hashes("m", "acme", [[i] for i in range(10, 60)]), make_pages(50, seed=1))
+    assert store.has_pages(ids) == [True, True, False]  # over budget: the unheld page went, held ones stay
+    assert store.release("hold-a", "prefill-x")
+    assert _wait_freed(store, ids[:2]) == [False, False]
+    # Expiry: the reaper releases the lease and frees what no context lists.
+    ids = store.page_hashes("m", "acme", [[4], [5]])
+    store.put_pages(ids, make_pages(2))
+    store.create_context(make_record("lists-5", "acme", ids[1:]))
+    store.hold_pages("hold-b", "acme", ids, "prefill-y", 0.5)
+    time.sleep(0.7)
+    assert store.reap_expired() >= 1
+    assert store.has_pages(ids) == [False, True] and store.refcounts(ids) == [0, 0]
+    with pytest.raises(PagesMissingError):
+        store.hold_pages("hold-c", "acme", ids, "prefill-z", 5.0)
+
+
 def test_blobs_are_stored_per_context_and_tenant_checked(shared_store: KVStore):
     put_context(shared_store, "blob-ctx", "acme", [[301]])
     window = torch.randn(2, 64, 8).to(torch.bfloat16)
