@@ -18,9 +18,18 @@ _KEYWORDS = ("ARTICLE|Article|SECTION|Section|CLAUSE|Clause|PART|Part|CHAPTER|Ch
 _TOP_KEYWORDS = frozenset("part chapter schedule exhibit annex appendix attachment".split())
 
 
-# "Section 2 - Scope", "ARTICLE 12. GOVERNING LAW", "Exhibit A" alone; not "Exhibit A attached" or
-# "Section 2.1 of this License" at the start of a wrapped line of running text.
-_KW = re.compile(rf"(?P<kw>{_KEYWORDS})\s+(?P<num>\d{{1,3}}(?:\.\d{{1,3}})*|[IVXLC]{{1,6}}|[A-Z])\b\.?"
+# Numbers written as words ("ARTICLE NINE", "Part Twenty-One"): some forms spell their article numbers.
+_UNITS = "one two three four five six seven eight nine".split()
+_TEENS = "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50}
+_SPELLED_VALUE = {w: i + 1 for i, w in enumerate(_UNITS)} | {w: i + 10 for i, w in enumerate(_TEENS)} | _TENS
+_SPELLED = (rf"(?i:(?:{'|'.join(_TENS)})(?:[- ](?:{'|'.join(_UNITS)}))?|{'|'.join(_TEENS)}|{'|'.join(_UNITS)})")
+_ROMAN_VALUE = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100}
+
+
+# "Section 2 - Scope", "ARTICLE 12. GOVERNING LAW", "ARTICLE NINE", "Exhibit A" alone; not "Exhibit A attached"
+# or "Section 2.1 of this License" at the start of a wrapped line of running text.
+_KW = re.compile(rf"(?P<kw>{_KEYWORDS})\s+(?P<num>\d{{1,3}}(?:\.\d{{1,3}})*|[IVXLC]{{1,6}}|{_SPELLED}|[A-Z])\b\.?"
                  r"(?:\s*[-\u2013\u2014:.]\s*|[ \t]*$|[ \t]*\n|\s+(?=[A-Z\"\u201c(]))", re.M)
 
 
@@ -98,6 +107,21 @@ def _md_level(line: str, mk: tuple[str, str, str, int] | None) -> int | None:
     return len(m["hashes"]) if m else None
 
 
+def ordinal(num: str) -> int | None:
+    """The value of a whole clause number as written: "9", "IX", "NINE", "Twenty-One"; None for "9.1", "a", "B"."""
+    if num.isdigit():
+        return int(num)
+    word = num.lower().replace(" ", "-")
+    if word in _SPELLED_VALUE:
+        return _SPELLED_VALUE[word]
+    if "-" in word and word.split("-")[0] in _TENS and word.split("-")[1] in _UNITS:
+        return _TENS[word.split("-")[0]] + _UNITS.index(word.split("-")[1]) + 1
+    if num.isupper() and all(c in _ROMAN_VALUE for c in num):  # "ARTICLE I" is one, not a letter
+        vals = [_ROMAN_VALUE[c] for c in num]
+        return sum(-v if i + 1 < len(vals) and v < vals[i + 1] else v for i, v in enumerate(vals))
+    return None
+
+
 def _letter_style(num: str) -> str:
     if num.isdigit():
         return "pnum"
@@ -160,3 +184,28 @@ def _looks_like_title(rest: str) -> bool:
         return False
     sig = [w for w in _WORD.findall(rest) if w.lower() not in _SMALL_WORDS]
     return bool(sig) and sum(w[0].isupper() for w in sig) / len(sig) >= 0.75
+
+
+# A signature block: "IN WITNESS WHEREOF, ...", then the sides' names ("BRIGHTWATER LOOMS INC."), "By: ____",
+# "Name:", "Title:", "Date:" lines. It closes the agreement; it is no clause of the last article.
+_WITNESS = re.compile(r"^\W{0,3}IN\s+WITNESS\s+WHEREOF\b", re.I)
+# "By:" opens one only as a signature line: a blank to sign on, "/s/", nothing, or a short name ("By: Ilse Varga"),
+# not "By: registered mail, to the address above".
+_SIG_OPEN = re.compile(r"^\W{0,3}(?i:By|Signature|Signed)\s*:[ \t]*(?:_{2,}|/s/|$|(?:[A-Z][\w.'\u2019-]*[ \t]*){1,5}$)",
+                       re.M)
+_SIG_FIELD = re.compile(r"^\W{0,3}(?:By|Name|Print(?:ed)?\s+Name|Title|Its|Date|Signature|Signed|Witness|"
+                        r"Authori[sz]ed\s+Signatory)\s*:", re.I)
+
+
+def _signature_opens(line: str) -> str | None:
+    """How ``line`` opens a signature block: "witness" ("IN WITNESS WHEREOF, ..."), "field" ("By: ____"), None."""
+    if _WITNESS.match(line):
+        return "witness"
+    if _SIG_OPEN.match(line) and len(line) <= 200:
+        return "field"
+    return None
+
+
+def _signature_line(line: str) -> bool:
+    """A line of a signature block that is not text to quote: a field ("Name: ...") or a short line (a name)."""
+    return bool(_SIG_FIELD.match(line)) or ("\n" not in line.strip() and len(line) <= 120)

@@ -9,7 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .section_markers import _TOP_KEYWORDS
+from .section_markers import _TOP_KEYWORDS, ordinal
+
+# Keyword headings that hold the bare numbering after them ("ARTICLE 9", "Section 4 - Fees").
+_PART_KEYWORDS = frozenset("article section clause".split())
+_FIRST_NUMBERS = frozenset("1 a A i I".split())  # where a numbering starts (again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,22 @@ def _successor(prev: str, num: str) -> bool:
     return a[:-1] == b[:-1] and int(b[-1]) == int(a[-1]) + 1
 
 
+def _resumed_part(stack: list[tuple[str, int]], starts: list[dict], st: dict) -> int | None:
+    """The depth of an open keyword heading ("Article 9") whose number the bare clause ``st`` ("10.") follows,
+    when the same numbering is open inside that heading and ``st`` does not follow it ("3." -> "10.")."""
+    if not st["style"].startswith("num") or not st["number"].isdigit():
+        return None
+    base = st["style"]
+    inner = [d for d, (sk, si) in enumerate(stack) if sk.rstrip("H") == base and _bare(starts[si])]
+    if not inner or _successor(starts[stack[inner[-1]][1]]["number"], st["number"]):
+        return None
+    for d in range(inner[0] - 1, -1, -1):
+        outer = starts[stack[d][1]]
+        if _part_heading(outer) and ordinal(outer["number"]) == int(st["number"]) - 1:
+            return d
+    return None
+
+
 def _innermost(sections: list[Section], offset: int) -> Section | None:
     best = None
     for s in sections:
@@ -54,6 +74,24 @@ def _innermost(sections: list[Section], offset: int) -> Section | None:
         if s.start <= offset < s.end:
             best = s
     return best
+
+
+def _bare(st: dict) -> bool:
+    """A bare clause number ("3.", "(a)", "iv)"), not a keyword, a title line or a Markdown heading."""
+    return not st["style"].startswith(("kw:", "head:", "md", "para", "signature")) and st.get("md") is None
+
+
+def _part_heading(st: dict) -> bool:
+    """A keyword heading with a whole number that holds the bare numbering after it: "ARTICLE 9", "Article
+    IX - Indemnification"; "Section 4" or "Clause 4" only alone on its line (at the start of a wrapped line
+    of running text they are more often a cross-reference)."""
+    kw = st["style"][3:] if st["style"].startswith("kw:") else ""
+    return kw in _PART_KEYWORDS and ordinal(st["number"]) is not None and (kw == "article" or st["heading"])
+
+
+def _first_bare(stack: list[tuple[str, int]], starts: list[dict]) -> int | None:
+    """The depth of the outermost bare clause number open on the stack."""
+    return next((d for d, (_, si) in enumerate(stack) if _bare(starts[si])), None)
 
 
 def _nest(text: str, starts: list[dict]) -> list[Section]:
@@ -94,14 +132,33 @@ def _nest(text: str, starts: list[dict]) -> list[Section]:
             deeper = [j for j, (_, si) in enumerate(stack) if (starts[si].get("md") or 99) >= st["md"]]
             if deeper:
                 close_to(deeper[0], st["start"])
+        if stack and starts[stack[0][1]]["style"] == "signature":
+            close_to(0, st["start"])  # what follows the signatures (an exhibit, a schedule) is no part of them
         keys = [sk for sk, _ in stack]
-        if style.startswith("kw:") and style[3:] in _TOP_KEYWORDS:
+        bare_at = _first_bare(stack, starts)
+        if (style.startswith("kw:") and style[3:] in _TOP_KEYWORDS) or style == "signature":
             close_to(0, st["start"])
+        elif bare_at is not None and _part_heading(st) and k not in keys:
+            # "ARTICLE 9" (or "Article IX", "ARTICLE NINE") after "3. Exceptions": a keyword heading is never
+            # part of a bare-numbered clause. Nested under it, the article's restarted "1." would close it
+            # and lose its parent.
+            close_to(bare_at, st["start"])
+        elif (kw_at := _resumed_part(stack, starts, st)) is not None:
+            # "10. Indemnification" after "Article 9" and its restarted "1."-"3.": the document's own numbering
+            # goes on after the article, as its sibling, not as a child of the article's "3. Exceptions".
+            close_to(kw_at, st["start"])
         elif st["heading"] and style == "head:caps" and len(st["title"].split()) >= 4 and stack \
                 and re.search(r"\b(AGREEMENT|SUPPLEMENT|SCHEDULE|EXHIBIT|ATTACHMENT|TERMS)\b", st["title"]):
             close_to(0, st["start"])  # a new document part: "TENSORRT SUPPLEMENT TO SOFTWARE LICENSE AGREEMENT"
         elif k in keys:
             close_to(keys.index(k), st["start"])
+        elif bare_at is not None and style == "head:caps" and st["heading"] and i + 1 < len(starts) \
+                and _bare(starts[i + 1]) and starts[i + 1]["number"] in _FIRST_NUMBERS \
+                and key(starts[i + 1]) in keys:
+            # An unnumbered ALL-CAPS title ("INDEMNIFICATION") between numbered clauses, after which the same
+            # numbering starts again at "1.": a new part that holds the restarted clauses, not a sub-heading
+            # of the last clause (the restart would close that clause and leave the part empty).
+            close_to(bare_at, st["start"])
         elif style.startswith("num"):
             # "4. Fees. ..." after the title line "3. Term": the same numbering, written two ways.
             other = k[:-1] if k.endswith("H") else k + "H"

@@ -9,7 +9,8 @@ turns the blocks of :mod:`.sentences` into
   a style is the order in which styles open inside each other ("ARTICLE 3" holds "3.1",
   which holds "(a)"), so no fixed hierarchy of styles is assumed. A numbered item with
   an inline title ("8.1 Liability Caps. Each party ...") gets that title; a document
-  without any headings or numbers gets one section per paragraph.
+  without any headings or numbers gets one section per paragraph. The signature block ("IN
+  WITNESS WHEREOF", "By: ____", "Name:", "Title:") is a top-level part "Signatures" of its own.
 * **units**: the sentences of each section's body, with the clause number and inline
   title left out ("Each party ..." of "8.1 Liability Caps. Each party ..."): what a
   review may quote. Heading lines are never units.
@@ -29,7 +30,17 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass
 
-from .section_markers import _inline_title, _is_title_text, _lead_in, _looks_like_title, _marker, _md_level, _unbox
+from .section_markers import (
+    _inline_title,
+    _is_title_text,
+    _lead_in,
+    _looks_like_title,
+    _marker,
+    _md_level,
+    _signature_line,
+    _signature_opens,
+    _unbox,
+)
 from .section_tree import Section, _innermost, _nest
 from .sentences import Block, blocks, sentence_spans
 
@@ -141,6 +152,8 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
     title_lines: list[str] = []
     seen_body = False
     last_bi = -1  # the last block read that was not skipped
+    title_run: list[int] = []  # indices into starts of the unnumbered title lines just read, in a row
+    signing = False  # inside the signature block
     for bi, b in enumerate(bl):
         s, e = _unbox(text, b.start, b.end)
         if s >= e or not any(c.isalnum() for c in text[s:e]):
@@ -148,6 +161,28 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
         line = text[s:e]
         mk = _marker(line)
         md = _md_level(line, mk)
+        opens = _signature_opens(line) if starts and not signing and mk is None else None
+        if opens:
+            # The signature block is a part of its own at the top, not a section of the last clause: the
+            # sides' names and "By:" / "Name:" lines would otherwise nest under "12. Notices" as its titles.
+            # Opened by "By:" without "IN WITNESS WHEREOF", it takes the names just above it.
+            at = s
+            if opens == "field":
+                while title_run:
+                    at = starts.pop(title_run.pop())["start"]
+            starts.append(dict(block=bi, start=at, body_start=at, style="signature", number="", label="",
+                               title="Signatures", heading=True, md=None))
+            signing = True
+        if signing and (mk is not None or (b.heading and bi + 1 < len(bl) and not bl[bi + 1].heading
+                                           and bl[bi + 1].end - bl[bi + 1].start > 200)):
+            signing = False  # an exhibit or schedule after the signatures: a marker, or a title over a paragraph
+        if signing and opens != "witness" and _signature_line(line):
+            last_bi = bi
+            continue  # a name, "By: ____", "Title: President": not text to quote
+        if signing:
+            body_of[bi] = (s, e)
+            last_bi = bi
+            continue
         heading = b.heading or (mk is not None and mk[0].startswith("md"))
         if heading and mk is not None and mk[0].startswith("md"):
             # "## ***Term*.** The term ...", "# The Buyer will pay ...", "## ... means either:": a
@@ -170,9 +205,11 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
             starts.append(dict(block=bi, start=s, body_start=e, number=mk[1] if mk else "",
                                style=mk[0] if mk else ("head:caps" if title.isupper() else "head:title"),
                                label=mk[2] if mk else "", title=title, heading=True, md=md))
+            title_run = title_run + [len(starts) - 1] if mk is None else []
             last_bi = bi
             continue
         seen_body = True
+        title_run = []
         if mk is not None and mk[0].startswith("md"):
             # A Markdown heading marker before a whole paragraph: a Word document converted to Markdown
             # (pandoc) keeps the heading level of paragraphs whose clause numbers it dropped ("## ***Term*.**

@@ -157,6 +157,6 @@ def _scoped(ctx, question: str, ranking: AttendPlan | None):
     if not dec.found:
         return None, doc
     top = [int(p) for p in ranking.retrieval.pages[:RULE_PAGES]] if ranking is not None and ranking.retrieval else []
-    if ctx.page_of_char(dec.best.unit_start) not in top:
+    if ctx.page_of_char(dec.pick.unit_start) not in top:
         return None, doc
-    return (dec.best.start, dec.best.end), doc
+    return (dec.pick.start, dec.pick.end), doc

@@ -19,11 +19,13 @@ gets a score from three sources:
 Retrieval adds ``RETRIEVAL_BONUS`` to the sentences of the pages the context's plan ranks
 first for the kind's query, so meaning that the lexicon misses still counts a little.
 
-The best sentence of each section is a candidate; candidates are ranked by score.
-**Absence is an answer**: when the best candidate scores below the kind's threshold,
-or has no operative language at all, the kind is reported as not found, with what was
-searched. Thresholds were set on the tuning half of the dev documents
-(``bench/bench_review.py --modes rules --sweep``); the check half was not used to set them.
+A sentence **qualifies** when it scores at least the kind's threshold and carries operative
+language (body score >= ``MIN_BODY``). Each section's candidate is its best qualifying sentence,
+else its best sentence; candidates are ranked by score. **Absence is an answer**: when none of the
+``DECISION_DEPTH`` best candidates qualifies, the kind is reported as not found, with what was
+searched; otherwise the finding is the best of them that qualifies. Thresholds were set on the
+tuning half of the dev documents (``bench/bench_review.py --modes rules --sweep``); the check half
+was not used to set them.
 
 A quote is the operative sentence, whole, extended by the next sentences of the same
 paragraph that carry the same kind and by the previous one when it opens with a
@@ -43,13 +45,21 @@ from agentctx.agents.clause_operative import operative_adjustment
 from agentctx.retrieval.structure import DocumentStructure, Unit
 
 __all__ = ["Candidate", "KindDecision", "TITLE_WEIGHT", "THRESHOLDS", "RETRIEVAL_BONUS", "MIN_BODY",
-           "draw_candidates", "resolve_conflicts", "resolve_finding_conflicts", "quote_span", "rules_only"]
+           "DECISION_DEPTH", "draw_candidates", "resolve_conflicts", "resolve_finding_conflicts", "quote_span",
+           "rules_only"]
 
 TITLE_WEIGHT = 1.5  # a heading that names the kind weighs one and a half operative patterns
 RETRIEVAL_BONUS = 0.25  # a sentence on one of the pages retrieval ranks first for the kind
 # Minimum score of the best candidate for a kind to be reported found (set on the tuning half).
 THRESHOLDS: dict[str, float] = {k: 1.0 for k in LEXICON}
 MIN_BODY = 1.0  # and its sentence must carry operative language (one full pattern), not only a heading
+# How many of the best candidates the found/absent decision reads. Deciding from the first alone made a
+# kind absent whenever a heading-only section outranked the operative sentence ("Assignment" over "binds
+# the parties and their successors and assigns", above "This Agreement is not assignable" in "General"):
+# a heading that names the kind lifts its related provisions by TITLE_WEIGHT, enough to pass one or two
+# sections that state the rule. Deeper than three, a qualifying sentence ranks below that many sections
+# that speak of the kind more strongly, and is more often a stray pattern than the clause.
+DECISION_DEPTH = 3
 _DEFINITIONS_TITLE = re.compile(r"\b(?:definitions?|glossary|interpretation|defined\s+terms)\b", re.I)
 _CONNECTIVE = re.compile(r"^(?:However|Notwithstanding\s+the\s+foregoing|In\s+(?:such|that|this)\s+(?:case|event)|"
                          r"Otherwise|Accordingly|Therefore|Nevertheless|Furthermore|Moreover|Additionally|"
@@ -95,12 +105,20 @@ class KindDecision:
 
     @property
     def best(self) -> Candidate | None:
+        """The top-ranked candidate, qualifying or not (the best evidence when the kind is not found)."""
         return self.candidates[0] if self.candidates else None
+
+    def qualifies(self, c: Candidate) -> bool:
+        return c.score >= self.threshold and c.body_score >= self.min_body
+
+    @property
+    def pick(self) -> Candidate | None:
+        """The finding: the best of the ``DECISION_DEPTH`` best candidates that qualifies (None: not found)."""
+        return next((c for c in self.candidates[:DECISION_DEPTH] if self.qualifies(c)), None)
 
     @property
     def found(self) -> bool:
-        b = self.best
-        return b is not None and b.score >= self.threshold and b.body_score >= self.min_body
+        return self.pick is not None
 
 
 def _title_score(st: DocumentStructure, unit: Unit, kind: str) -> float:
@@ -232,6 +250,7 @@ def draw_candidates(st: DocumentStructure, kind: str, *, boost: dict[int, float]
     sweeps them).
     """
     floor = THRESHOLDS[kind] if threshold is None else threshold
+    body_floor = MIN_BODY if min_body is None else min_body
     best_per_section: dict[object, Candidate] = {}
     for u in st.units:
         score, title, body, why = score_unit(st, u, kind)
@@ -246,14 +265,16 @@ def draw_candidates(st: DocumentStructure, kind: str, *, boost: dict[int, float]
             continue
         key = u.section if u.section is not None else ("pre", u.block)
         cur = best_per_section.get(key)
-        if cur is None or score > cur.score:
+        # A section's qualifying sentence stands for it before a higher one that does not (a heading lifts
+        # both), so the decision never misses a qualifying sentence behind its own section's related text.
+        if cur is None or (score >= floor and body >= body_floor, score) > \
+                (cur.score >= floor and cur.body_score >= body_floor, cur.score):
             s, e = quote_span(st, u, kind)
             best_per_section[key] = Candidate(kind, s, e, u.start, u.end, u.section, _section_name(st, u.section),
                                               round(score, 4), title, round(body, 4), tuple(why))
     ranked = sorted(best_per_section.values(), key=lambda c: (-c.score, c.start))
     searched = [s.name for s in st.sections if title_matches(kind, s.title)]
-    return KindDecision(kind, ranked[:limit], THRESHOLDS[kind] if threshold is None else threshold, searched,
-                        MIN_BODY if min_body is None else min_body)
+    return KindDecision(kind, ranked[:limit], floor, searched, body_floor)
 
 
 def _carries(c: Candidate, kind: str, text: str) -> bool:
@@ -266,7 +287,7 @@ def rules_only(st: DocumentStructure, kinds, threshold: float | None = None,
     """The review's clause decisions without retrieval or the model: each kind's best candidate
     if found, conflicts resolved (the bench's rules-only peer and threshold sweep)."""
     decisions = {k: draw_candidates(st, k, threshold=threshold, min_body=min_body) for k in kinds}
-    chosen = {k: (d.best if d.found else None) for k, d in decisions.items()}
+    chosen = {k: d.pick for k, d in decisions.items()}
     return resolve_conflicts(decisions, chosen, st.text)
 
 
@@ -296,7 +317,7 @@ def resolve_conflicts(decisions: dict[str, KindDecision], chosen: dict[str, Cand
                 lost = out[loser]
                 dec = decisions[loser]
                 nxt = [c for c in dec.candidates
-                       if c.score >= dec.threshold and c.body_score >= dec.min_body
+                       if dec.qualifies(c)
                        and not (c.unit_start < lost.unit_end and lost.unit_start < c.unit_end)
                        and c.score < lost.score + 1e-9 and c is not lost]
                 out[loser] = nxt[0] if nxt else None

@@ -23,7 +23,7 @@ kind's query, and the model does what a small base model does well.
 from __future__ import annotations
 
 from agentctx.agents.base import AgentTask
-from agentctx.agents.clause_candidates import MIN_BODY, RETRIEVAL_BONUS, draw_candidates
+from agentctx.agents.clause_candidates import RETRIEVAL_BONUS, draw_candidates
 from agentctx.agents.clause_lexicon import normalize, title_matches
 from agentctx.agents.risk_rules import RuleHit, evaluate_rules
 from agentctx.agents.section_summary import key_sentences
@@ -35,7 +35,7 @@ from agentctx.retrieval.structure import DocumentStructure
 from agentctx.structured import fill_fields
 
 __all__ = ["extract_clause", "assess_risks", "summarize_section", "span_citation", "MODEL_MARGIN", "MAX_OPTIONS",
-           "kind_scope", "task_structure", "plan_for", "clause_question", "risk_prompt"]
+           "kind_scope", "risk_scope", "task_structure", "plan_for", "clause_question", "risk_prompt"]
 
 MODEL_MARGIN = 0.5  # candidates this close to the best go to the model
 MAX_OPTIONS = 3
@@ -124,8 +124,9 @@ def extract_clause(agent, ctx, task: AgentTask) -> ClauseFinding:
                              threshold=dec.threshold,
                              score=best.score if best else None, candidates=shown, searched=searched,
                              note=f"not found: {why}")
-    close = [c for c in dec.candidates if c.score >= best.score - MODEL_MARGIN
-             and c.score >= dec.threshold and c.body_score >= MIN_BODY][:MAX_OPTIONS]
+    # The options are the qualifying candidates close to the rules' pick (the best qualifying one, which a
+    # heading-only section may outrank: KindDecision.pick).
+    close = [c for c in dec.candidates if c.score >= dec.pick.score - MODEL_MARGIN and dec.qualifies(c)][:MAX_OPTIONS]
     pick, chosen_by, model_agrees = close[0], "rules", None
     if len(close) > 1:
         pages = sorted({ctx.page_of_char(c.start) for c in close} | {ctx.page_of_char(c.end - 1) for c in close}
@@ -171,6 +172,15 @@ def kind_scope(st: DocumentStructure, kind: str, char_start: int | None) -> list
     return sorted(spans)
 
 
+def risk_scope(st: DocumentStructure, kind: str, char_start: int | None) -> list[tuple[int, int]]:
+    """The sentence spans a kind's risk rules read: :func:`kind_scope`, or every sentence for indemnity."""
+    # Who indemnifies whom is a question about the whole document: a second indemnity may sit in
+    # another article (or one the section tree misplaces), so that rule reads every sentence.
+    if kind == "indemnity":
+        return [(u.start, u.end) for u in st.units]
+    return kind_scope(st, kind, char_start)
+
+
 def _group(hits: list[RuleHit], own: tuple[int, int] | None) -> list[list[RuleHit]]:
     """Hits per rule, the most severe first (then the clause's own section, then document order)."""
     by_rule: dict[str, list[RuleHit]] = {}
@@ -203,10 +213,7 @@ def assess_risks(agent, ctx, task: AgentTask) -> RiskAssessment:
         sec = st.section_at(start)
         titled = [s for s in st.path(sec.index) if s.title] if sec else []
         own = (titled[-1].start, titled[-1].end) if titled else None
-    # Who indemnifies whom is a question about the whole document: a second indemnity may sit in
-    # another article (or one the section tree misplaces), so that rule reads every sentence.
-    scope = [(u.start, u.end) for u in st.units] if clause.kind == "indemnity" else kind_scope(st, clause.kind, start)
-    hits = evaluate_rules(clause.kind, ctx.text, scope)
+    hits = evaluate_rules(clause.kind, ctx.text, risk_scope(st, clause.kind, start))
     risks = []
     for group in _group(hits, own):
         h = group[0]

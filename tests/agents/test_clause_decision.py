@@ -123,3 +123,34 @@ def test_technical_text_beside_an_agreement_carries_no_clause():
                          "other party.\n")
     found = rules_only(parse_structure(contract), ("termination",))["termination"]
     assert found is not None and "terminate this Agreement" in contract[found.start:found.end]
+
+
+def test_a_kind_is_found_when_a_lower_candidate_qualifies_behind_a_heading_only_one():
+    # Synthetic. The "Assignment" heading lifts a related provision (successors and assigns) above the
+    # restriction, which sits under "General": the decision reads the best few candidates, not the first.
+    text = ("1. Assignment\n\nThis Agreement binds the parties and their successors and assigns.\n\n"
+            "2. General\n\nThis Agreement is not assignable by Customer.\n")
+    st = parse_structure(text)
+    dec = draw_candidates(st, "assignment")
+    assert not dec.qualifies(dec.best) and dec.best.section_name == "1. Assignment"
+    assert dec.found and _quote(st, dec.pick) == "This Agreement is not assignable by Customer."
+    assert _quote(st, rules_only(st, ["assignment"])["assignment"]) == "This Agreement is not assignable by Customer."
+
+
+def test_a_sections_qualifying_sentence_stands_for_it_before_a_higher_related_one():
+    # Synthetic. Retrieval's bonus lifts the procedure above the duty in the same section; the section's
+    # candidate is still the sentence that qualifies.
+    text = ("7. Indemnification\n\nSupplier will indemnify Buyer against third-party claims.\n"
+            "The indemnified party will give notice of a claim to the other party.\n")
+    st = parse_structure(text)
+    duty, notice = st.units[0], st.units[1]
+    dec = draw_candidates(st, "indemnity", boost={notice.start: 5.0})
+    assert len(dec.candidates) == 1 and dec.candidates[0].unit_start == duty.start and dec.found
+
+
+def test_a_qualifying_candidate_below_the_decision_depth_is_not_read():
+    text = "".join(f"{i}. Assignment\n\nThis Agreement binds the parties and their successors and assigns.\n\n"
+                   for i in range(1, 5)) + "9. General\n\nThis Agreement is not assignable by Customer.\n"
+    dec = draw_candidates(parse_structure(text), "assignment")
+    assert [dec.qualifies(c) for c in dec.candidates] == [False, False, False, False, True]
+    assert not dec.found and dec.pick is None
