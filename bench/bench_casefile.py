@@ -108,6 +108,9 @@ def main(argv=None) -> int:
                     help="characters of filler before each agreement")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the totals here")
+    ap.add_argument("--write", metavar="FILE",
+                    help="write the first case file's text here and stop (e.g. --agreements 5 --filler 70000 90000: "
+                         "~120K tokens, the main job's long run in RELIABILITY.md)")
     args = ap.parse_args(argv)
     labels = SCORE.load_labels(SCORE.default_label_dirs(True))
     docs = {n: p.read_text(encoding="utf-8") for n, p in documents().items() if n in labels}
@@ -117,6 +120,10 @@ def main(argv=None) -> int:
     out = {m: dict.fromkeys(TOTALS, 0) for m in ("one", "split", "headers")}
     for _ in range(args.files):
         text, spans = build_case_file(rng, docs, filler, args.agreements, tuple(args.filler))
+        if args.write:
+            Path(args.write).write_text(text, encoding="utf-8")
+            print(f"{args.write}: {len(text):,} characters; agreements " + ", ".join(n for n, _, _ in spans))
+            return 0
         for mode in ("one", "split"):
             for k, v in score_case(text, spans, labels, mode, operative).items():
                 out[mode][k] += v

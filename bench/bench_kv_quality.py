@@ -58,6 +58,13 @@ FORMATS = {
     "fp8 page_head / page_head": ("fp8_e4m3", ("page_head", "page_head")),
     "int8 page_head / page_head": ("int8", ("page_head", "page_head")),
 }
+# Pages held quantised by the engine itself (model.kv_dtype on the device, serving/runner/quant_kv.py):
+# the document is prefilled with the setting, so later chunks already attend to quantised pages
+# (the error compounds over the document, unlike pages quantised once at publish).
+DEVICE_FORMATS = {
+    "int8 on the device (prefill reads int8 pages)": "int8",
+    "fp8 on the device (prefill reads fp8 pages)": "fp8_e4m3",
+}
 CHUNK = 128  # scored tokens per forward: bounds the (T, vocab) logits to ~130 MB
 
 
@@ -111,12 +118,16 @@ def main() -> None:
     ap.add_argument("--greedy-tokens", type=int, default=64)
     ap.add_argument("--page-size", type=int, default=256)
     ap.add_argument("--docs", default="contracts,gnu-manuals")
-    ap.add_argument("--formats", default=",".join(FORMATS), help="comma list of: " + ", ".join(FORMATS))
+    ap.add_argument("--formats", default=",".join(FORMATS),
+                    help="comma list of: " + ", ".join([*FORMATS, *DEVICE_FORMATS]))
     ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = ap.parse_args()
     torch.manual_seed(0)
     loaded = load_model(None, dtype=torch.float32, device="cpu")
     runner = ModelRunner(loaded, page_size=args.page_size, prefill_chunk_tokens=1024, query_mode="eager")
+    device_runners = {fmt: ModelRunner(loaded, page_size=args.page_size, prefill_chunk_tokens=1024,
+                                       query_mode="eager", kv_dtype=kv)
+                      for fmt, kv in DEVICE_FORMATS.items() if fmt in args.formats.split(",")}
     tok = loaded.tokenizer
     texts = documents()
     rows = []
@@ -133,11 +144,18 @@ def main() -> None:
             print(f"# {name} {n_ctx}: prefill {time.perf_counter() - t0:.0f} s", file=sys.stderr)
             base_nll = base_top = base_gen = None
             for fmt in args.formats.split(","):
-                kv_dtype, gran = FORMATS[fmt]
                 t0 = time.perf_counter()
-                doc, page_bytes = stored_doc(runner, ref, kv_dtype, gran)
-                nll, top = score(runner, doc, cont)
-                gen = greedy(runner, doc, cont[0], args.greedy_tokens)
+                if fmt in device_runners:  # prefilled by the engine with quantised pages
+                    r = device_runners[fmt]
+                    doc = r.prefill(ctx, progress=False)
+                    held = [*doc.k_pages.values(), *doc.v_pages.values(),
+                            *doc.k_scales.values(), *doc.v_scales.values()]
+                    page_bytes = sum(t.numel() * t.element_size() for t in held) // max(1, doc.num_pages)
+                else:
+                    r = runner
+                    doc, page_bytes = stored_doc(runner, ref, *FORMATS[fmt])
+                nll, top = score(r, doc, cont)
+                gen = greedy(r, doc, cont[0], args.greedy_tokens)
                 if base_nll is None:
                     base_nll, base_top, base_gen = nll, top, gen
                 same = [a == b for a, b in zip(gen, base_gen)]
