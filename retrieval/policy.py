@@ -12,7 +12,9 @@ a page boundary is read whole.
 A retrieved page whose evidence passage runs onto another page brings that
 page in right after it (reason ``neighbor``, within the budget, before any
 lower-ranked page): the half of a definition on the next page ranks where it
-ranks, but the answer needs both. A plan may be scoped to a char range (one
+ranks, but the answer needs both. A retrieved page whose evidence repeats, word for word, the
+evidence of a page ranked above it (a second copy of the same licence or clause) is read only
+after every page with new evidence. A plan may be scoped to a char range (one
 document of a case file): pages outside it are not retrieved; the sink page and
 the recent window stay.
 """
@@ -20,6 +22,7 @@ the recent window stay.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
@@ -55,6 +58,13 @@ class SelectionPolicy(BaseModel):
     evidence_pages: bool = Field(
         True, description="A retrieved page whose evidence passage runs onto other pages brings them in "
         "right after it (within the budget).")
+    tight_budget_pages: int = Field(
+        8, ge=0, description="A budget that leaves fewer pages than this for retrieval is tight: the recent "
+        "window is then rounded to the nearer page boundary instead of out to a page it barely touches "
+        "(0: never).")
+    demote_repeats: bool = Field(
+        True, description="A retrieved page whose evidence text repeats a higher-ranked page's evidence "
+        "(another copy of the same sentence) goes after every page with new evidence.")
     method: Literal["hybrid", "dense", "lexical"] = Field(
         "hybrid",
         description="How pages are ranked: fusion of dense passage embeddings and BM25 (hybrid), "
@@ -163,6 +173,30 @@ def _finish(chosen: dict[int, Reason], num_pages: int, last_page_len: int, page_
     )
 
 
+def _first_recent_page(context: int, num_pages: int, budget: int | None, policy: SelectionPolicy) -> int:
+    """First page of the recent window: the pages holding the last ``recent_tokens`` tokens, rounded
+    out to whole pages; under a tight budget, rounded to the nearer page boundary instead.
+
+    Why: when the document's last page is partial, a 256-token window starts inside the page before
+    it, and rounding out buys that whole page for the few tokens of it inside the window. At 5% of
+    32K (1,639 tokens) the sink page and a two-page window take 512 + the last page's tokens, and
+    the budget holds 3 retrieved pages instead of 4; every rank counts there. Under a tight budget
+    the window's first page is kept only when at least half of it lies inside the window, so the
+    window still holds at least ``recent_tokens - page_size / 2`` tokens (and always the last page).
+    """
+    P = policy.page_size_tokens
+    start = max(0, context - policy.recent_tokens)
+    first = start // P
+    if budget is None or policy.tight_budget_pages == 0 or first >= num_pages - 1:
+        return first
+    outward = sum(min(P, context - p * P) for p in range(first, num_pages))
+    free = budget - min(policy.sink_pages, first) * P - outward
+    inside_first = (first + 1) * P - start  # window tokens on its first page
+    if free < policy.tight_budget_pages * P and 2 * inside_first < P:
+        return first + 1
+    return first
+
+
 def plan_from_ranking(
     ranked_pages: Sequence[int],
     num_pages: int,
@@ -188,7 +222,7 @@ def plan_from_ranking(
     for p in range(min(policy.sink_pages, num_pages)):
         chosen[p] = "sink"
     if policy.recent_tokens > 0:
-        first_recent = max(0, context - policy.recent_tokens) // P
+        first_recent = _first_recent_page(context, num_pages, budget, policy)
         for p in range(first_recent, num_pages):
             chosen.setdefault(p, "recent")
 
@@ -250,7 +284,10 @@ def plan(
     (and their neighbours) are then added in rank order while the total stays
     within the budget. Because the recent window is rounded out to whole pages,
     the mandatory pages alone can exceed a budget equal to
-    ``mandatory_tokens`` by less than one page.
+    ``mandatory_tokens`` by less than one page. Under a tight budget (fewer than
+    ``tight_budget_pages`` free pages) the window is rounded to the nearer page
+    boundary instead, so it holds at least ``recent_tokens - page_size_tokens / 2``
+    tokens and always the last page.
 
     Raises:
         ValueError: empty query, or a budget below the mandatory pages.
@@ -270,7 +307,7 @@ def plan(
     k = min(num_pages, k)
     kw = {} if scope is None else {"scope": (int(scope[0]), int(scope[1]))}
     result = index.retrieve(query, k, method=policy.method, **kw) if k > 0 else None
-    ranked = [] if result is None else result.pages.tolist()
+    ranked = _ranking(index, result, policy)
     out = plan_from_ranking(ranked, num_pages, last_page_len, policy, result, _companions(index, result, policy))
     # Neighbours can already hold ranked pages, leaving the budget unfilled;
     # then rank the whole document once more (rare, and bounded).
@@ -279,9 +316,38 @@ def plan(
     )
     if short and k < num_pages:
         result = index.retrieve(query, num_pages, method=policy.method, **kw)
-        out = plan_from_ranking(result.pages.tolist(), num_pages, last_page_len, policy, result,
+        out = plan_from_ranking(_ranking(index, result, policy), num_pages, last_page_len, policy, result,
                                 _companions(index, result, policy))
     return out
+
+
+_NON_WORD = re.compile(r"[\W_]+")
+
+
+def _ranking(index: PageRetriever, result: RetrieveResult | None, policy: SelectionPolicy) -> list[int]:
+    """The pages to fill the budget with, best first: the retrieval order, except that a page whose
+    evidence text repeats a higher-ranked page's (another passage with the same words, compared
+    without case, spacing or punctuation) moves after all pages with new evidence.
+
+    Why: filler and case files hold several copies of the same licence or boilerplate clause (a
+    BSD disclaimer three times, an MIT grant four times). Each copy scores the same, so one
+    sentence that matches the question takes several of the 3-5 pages a 5% budget holds at 32K;
+    the model learns nothing from the second copy that the first did not give it. A page whose
+    evidence is the *same* passage as a higher page's (one sentence across a page boundary) is
+    not a repeat: it is that passage's other half, and stays where it ranks."""
+    if result is None:
+        return []
+    pages = result.pages.tolist()
+    text = getattr(index, "text", None)
+    if not policy.demote_repeats or text is None or len(result.evidence) != len(pages):
+        return pages
+    seen: dict[str, tuple[int, int]] = {}
+    fresh, repeats = [], []
+    for page, span in zip(pages, result.evidence):
+        key = _NON_WORD.sub(" ", text[span[0]:span[1]]).strip().lower()
+        first = seen.setdefault(key, span)
+        (fresh if first == span or not key else repeats).append(page)
+    return fresh + repeats
 
 
 def _companions(index: PageRetriever, result: RetrieveResult | None,

@@ -174,3 +174,47 @@ def test_retrieval_service_plan_takes_a_scope(scope, monkeypatch):
     monkeypatch.setattr(retrieval_service, "plan", lambda *a, **kw: seen.update(kw) or "ok")
     assert svc.plan("c", "t", "q", SelectionPolicy(top_k_pages=1), scope=scope) == "ok"
     assert seen == {"scope": scope}
+
+
+def test_a_tight_budget_does_not_buy_a_page_for_a_few_tokens_of_the_recent_window():
+    # 128 pages, the last holding 200 tokens: the 256-token window has 56 tokens on page 126.
+    # At 5% (1,636 tokens) rounding the window out to page 126 leaves room for 3 ranked pages
+    # instead of 4.
+    ranking = [10, 20, 30, 40, 50, 60]
+    pol = SelectionPolicy(budget_fraction=0.05, top_k_pages=None, sink_pages=1, recent_tokens=256)
+    got = plan_from_ranking(ranking, 128, 200, pol)
+    assert got.pages == (0, 10, 20, 30, 40, 127) and got.attended_tokens <= got.budget_tokens
+    assert got.reason_of(127) == "recent"
+    old = plan_from_ranking(ranking, 128, 200, pol.model_copy(update={"tight_budget_pages": 0}))
+    assert old.pages == (0, 10, 20, 30, 126, 127)
+    # Most of page 126 inside the window (last page of 4 tokens): it stays.
+    assert 126 in plan_from_ranking(ranking, 128, 4, pol).pages_with("recent")
+    # A budget that is not tight (12%: 15 pages) keeps the window rounded out.
+    wide = plan_from_ranking(ranking, 128, 200, pol.model_copy(update={"budget_fraction": 0.12}))
+    assert wide.pages_with("recent") == (126, 127)
+
+
+class _TextRetriever(_SpanRetriever):
+    def __init__(self, ranking, evidence, num_pages, text):
+        super().__init__(ranking, evidence, num_pages)
+        self.text = text
+
+
+def test_a_second_copy_of_the_same_sentence_goes_after_new_evidence():
+    # Pages of 100 chars; the same disclaimer sits on pages 5 and 9 (two copies of one licence).
+    text = list("." * 6400)
+    clause, copy = "THE SOFTWARE IS PROVIDED AS IS.", "The software is\n  provided 'as is'."  # case, spacing
+    text[500:500 + len(clause)] = clause
+    text[900:900 + len(copy)] = copy
+    text = "".join(text)
+    ev = {5: (500, 500 + len(clause)), 9: (900, 900 + len(copy)), 20: (2000, 2050), 30: (3000, 3050)}
+    pol = SelectionPolicy(budget_tokens=4 * 256, top_k_pages=None, sink_pages=1, recent_tokens=256)
+    ret = _TextRetriever([5, 9, 20, 30], ev, 64, text)
+    got = plan("is there a warranty?", ret, 64, 256, pol)
+    assert got.pages_with("retrieved") == (5, 20)
+    old = plan("is there a warranty?", ret, 64, 256, pol.model_copy(update={"demote_repeats": False}))
+    assert old.pages_with("retrieved") == (5, 9)
+    # One passage across a page boundary is the same span, not a copy: its other page keeps its rank.
+    ret = _TextRetriever([5, 6, 20], {5: (550, 650), 6: (550, 650)}, 64, text)
+    got = plan("is there a warranty?", ret, 64, 256, pol.model_copy(update={"evidence_pages": False}))
+    assert got.pages_with("retrieved") == (5, 6)
