@@ -28,7 +28,9 @@ Rules (name: kind, what fires it, severity):
   control, merger, sale of its business or to a successor without the other's consent:
   high.
 * ``governing_law_venue`` (governing_law): the governing law and the venue; medium when
-  the courts sit in another jurisdiction than the law's, low otherwise (for the record).
+  the courts sit in another jurisdiction than the law's, low otherwise (for the record); low
+  when either is a standard form's variable ("the State of Governing Law", "courts in
+  Jurisdiction"), which names no place to compare.
 """
 
 from __future__ import annotations
@@ -349,6 +351,17 @@ def law_named(sentence: str) -> str | None:
     return _PLACE_PREFIX.sub("", m["law"].strip()).strip(" .") if m else None
 
 
+# Words a standard form uses for a value it defines elsewhere (a cover page or order form fills in
+# "Governing Law" and "Jurisdiction"): a law or venue spelt only with them names no place.
+_PLACEHOLDER_WORDS = frozenset({"governing", "law", "laws", "jurisdiction", "jurisdictions", "venue", "forum",
+                                "courts", "court", "chosen", "designated", "applicable", "specified", "selected"})
+
+
+def _placeholder(name: str) -> bool:
+    words = re.findall(r"[a-z]+", _PLACE_PREFIX.sub("", name.strip()).lower())
+    return bool(words) and all(w in _PLACEHOLDER_WORDS for w in words)
+
+
 def _governing_law(text: str, spans) -> list[RuleHit]:
     law = venue = None
     for s, e, sent in _sentences(text, spans):
@@ -362,6 +375,16 @@ def _governing_law(text: str, spans) -> list[RuleHit]:
                 venue = (m["venue"], s, e)
     if law is None and venue is None:
         return []
+    refs = [x[0] for x in (law, venue) if x and _placeholder(x[0])]
+    if refs:  # a form's variables: comparing them would report a mismatch between two blanks
+        found = law or venue
+        named = " and ".join(f"\u201c{_PLACE_PREFIX.sub('', r).strip()}\u201d" for r in refs)
+        return [RuleHit("governing_law_venue", "governing_law", "low", found[1], found[2],
+                        f"Governing law and venue are set by reference ({named}), a value defined elsewhere "
+                        "(a cover page or order form).",
+                        "Check the values filled in where the agreement defines them.",
+                        {"law": law[0] if law else None, "venue": venue[0] if venue else None,
+                         "by_reference": True})]
     if law and venue and _place_key(law[0]) != _place_key(venue[0]) \
             and _place_key(law[0]) not in _place_key(venue[0]) and _place_key(venue[0]) not in _place_key(law[0]):
         return [RuleHit("governing_law_venue", "governing_law", "medium", law[1], law[2],

@@ -129,6 +129,22 @@ def test_governing_law_and_venue():
     assert hits == []
 
 
+def test_governing_law_set_by_reference_is_no_mismatch():
+    """A standard form names its law and courts by the variables a cover page fills in: two blanks
+    are not two different places."""
+    h, _ = _one("governing_law", "This Agreement is governed by the laws of the State of Governing Law.",
+                "Disputes go exclusively to the courts located in Jurisdiction.")
+    assert h.severity == "low" and h.facts["by_reference"] is True
+    assert "Governing Law" in h.rationale and "Jurisdiction" in h.rationale
+    # a real place beside a blank is not a mismatch either; two real places still are
+    h, _ = _one("governing_law", "This Agreement is governed by the laws of Ireland.",
+                "Disputes go to the courts located in Jurisdiction.")
+    assert h.severity == "low" and h.facts["by_reference"] is True
+    h, _ = _one("governing_law", "This Agreement is governed by the laws of the State of Delaware.",
+                "Disputes go to the courts located in Texas.")
+    assert h.severity == "medium"
+
+
 def test_rationales_and_recommendations_are_whole_and_distinct():
     text, hits = _hits("payment", "Late payments accrue interest at 2 percent per month.",
                        "Invoices are payable within 10 days.")
