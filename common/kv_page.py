@@ -28,6 +28,10 @@ class QuantKVPage(NamedTuple):
     v_scale: torch.Tensor
     dtype: torch.dtype
 
+    def cpu(self) -> "QuantKVPage":
+        """The same page on the CPU (as ``Tensor.cpu``: a page held on a GPU, for the store)."""
+        return QuantKVPage(self.data.cpu(), self.k_scale.cpu(), self.v_scale.cpu(), self.dtype)
+
     def dequantize(self, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         """A new (L_global, 2, P, Hkv, D) tensor; the same arithmetic as
         ``kernels.kv_quant.dequantize_pages`` (float32 product, then the cast)."""

@@ -197,10 +197,11 @@ class KVStore:
             return [decode_kv_quant(p) if p.kind.startswith("kvq-") else decode_payload(p, copy=copy) for p in payloads]
         return [decode_payload(p, copy=copy) for p in payloads]
 
-    def get_pages(self, page_ids: list[str]) -> list[torch.Tensor]:
+    def get_pages(self, page_ids: list[str], quantized: bool = False) -> list[torch.Tensor | QuantKVPage]:
         """Pages by id (decoded, zero-copy where possible) for a caller that holds them some other
-        way (a :meth:`hold_pages` lease); ``PagesMissingError`` for any not stored."""
-        return self._get_pages(validate_page_ids(page_ids))
+        way (a :meth:`hold_pages` lease); ``PagesMissingError`` for any not stored. ``quantized``:
+        quantised KV pages come back as stored (:class:`QuantKVPage`), as in ``ContextHandle.get_pages``."""
+        return self._get_pages(validate_page_ids(page_ids), quantized=quantized)
 
     def hold_pages(self, hold_id: str, tenant: str, page_ids: list[str], holder_id: str, ttl_s: float) -> None:
         """Hold stored pages under a lease of ``ttl_s`` that no context owns: they are neither

@@ -72,6 +72,12 @@ class Engine(ABC):
         return False
 
     @property
+    def pages_quantized(self) -> bool:
+        """Whether this engine holds pages quantised (fp8 / int8 values and scales), so the store
+        should hand them back as stored rather than dequantised."""
+        return False
+
+    @property
     def max_running(self) -> int:
         """Requests the engine runs at once (the Serve deployment's concurrency follows it)."""
         return 8

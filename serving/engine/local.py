@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import torch
 
-from agentctx.common.kv_page import QuantKVPage
 from agentctx.kernels.tail_merge import first_call_results
 from agentctx.serving.compute_dtype import default_dtype
 from agentctx.serving.engine.base import Engine, PageLoader, PrefillSink
@@ -42,11 +41,6 @@ from agentctx.serving.types import (
 
 __all__ = ["LocalEngine", "STEP_TOKENS"]
 
-
-def _to_cpu(page: torch.Tensor | QuantKVPage) -> torch.Tensor | QuantKVPage:
-    if isinstance(page, QuantKVPage):
-        return QuantKVPage(page.data.cpu(), page.k_scale.cpu(), page.v_scale.cpu(), page.dtype)
-    return page.cpu()
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +157,7 @@ class LocalEngine(Engine):
         """(num_tokens, page tensors on CPU, window tensor on CPU) for the shared store (token ids: kv.token_ids)."""
         kv = self._lookup(context_id, tenant=None)
         # Quantised pages leave as the device holds them (QuantKVPage: values and scales).
-        pages = [_to_cpu(kv.page_tensor(i)) for i in range(kv.num_pages)]
+        pages = [kv.page_tensor(i).cpu() for i in range(kv.num_pages)]
         window = kv.window_tensor()
         return kv.num_tokens, pages, None if window is None else window.cpu()
 
@@ -173,9 +167,12 @@ class LocalEngine(Engine):
 
     @property
     def resumable(self) -> bool:
-        # Pages held quantised on the device (kv_dtype fp8/int8) are not checkpointed yet: a saved
-        # state (serving/runner/prefill.py prefill_state) carries compute-dtype pages only.
-        return getattr(self.runner, "kv_quant", None) is None
+        # Float and quantised pages alike: a saved state carries the pages as held (prefill.py).
+        return True
+
+    @property
+    def pages_quantized(self) -> bool:
+        return self.runner.kv_quant is not None
 
     # ------------------------------------------------------------------ held contexts
     def _cached(self, context_id: str) -> DocKV | None:

@@ -120,7 +120,10 @@ class Checkpointer:
                 log.warning("prefill checkpoint %s of %s does not match this document; ignored", self.key,
                             self.context_id)
                 return None
-            got = self.store.get_pages(ck.page_ids + ([ck.window_id] if ck.window_id else []))
+            # Pages the engine holds quantised come back as stored (values and scales), so the
+            # resumed document holds the very bytes the cut-off prefill wrote.
+            got = self.store.get_pages(ck.page_ids + ([ck.window_id] if ck.window_id else []),
+                                       quantized=self.replica.engine.pages_quantized)
         except (StoreError, ValueError, TypeError, KeyError) as exc:
             log.warning("prefill checkpoint of %s unusable (%s: %s); prefilling from the start", self.context_id,
                         type(exc).__name__, exc)

@@ -234,8 +234,7 @@ class ModelReplica:
         with self.store.open(context_id, tenant, holder_id=f"replica-load-{self.name}") as handle:
             rec = handle.record
             # A device that holds pages quantised takes stored quantised pages as they are (QuantKVPage).
-            held_quantized = getattr(getattr(self.engine, "runner", None), "kv_quant", None) is not None
-            pages = handle.get_pages(rec.page_ids, quantized=held_quantized)
+            pages = handle.get_pages(rec.page_ids, quantized=self.engine.pages_quantized)
             window = None
             if self.engine.needs_window:
                 window = self.store.get_blob(context_id, WINDOW_BLOB, tenant=tenant)

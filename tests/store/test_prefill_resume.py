@@ -242,3 +242,32 @@ def test_checkpoint_whose_pages_went_with_the_store_actor_starts_over(tiny_ckpt,
         rep2.engine.close()
     finally:
         rep.engine.close()
+
+
+def test_quantised_pages_checkpoint_and_resume_as_held(tiny_ckpt, make_store):
+    """A replica holding int8 pages (model.kv_dtype int8) checkpoints them as it holds them (values
+    and scales, no dequantise trip) and resumes from them: the resumed document equals an
+    uninterrupted int8 prefill byte for byte, window included."""
+    store = make_store()
+    rep = tiny(tiny_ckpt, store, kv_dtype="int8")
+    other = tiny(tiny_ckpt, store, kv_dtype="int8")  # a restarted replica: nothing cached
+    try:
+        assert rep.engine.pages_quantized
+        doc = rep.tokenize_document(CLAUSES[:400])
+        n = len(doc.token_ids)
+        assert n > 3 * 32
+        interrupted(rep, "q", doc, 96)
+        res = other.prefill_context("q", "acme", doc, progress=False)
+        assert res.resumed_tokens == 96 and res.num_tokens == n
+        ref = other.engine.runner.prefill(doc.token_ids, progress=False)  # uninterrupted, same chunks
+        num_tokens, pages, window = other.engine.export("q")
+        assert num_tokens == n and len(pages) == ref.num_pages
+        for i, page in enumerate(pages):
+            want = ref.page_tensor(i)
+            assert page.data.dtype == torch.int8
+            assert torch.equal(page.data, want.data) and torch.equal(page.k_scale, want.k_scale) \
+                and torch.equal(page.v_scale, want.v_scale)
+        assert torch.equal(window, ref.window_tensor())
+    finally:
+        rep.engine.close()
+        other.engine.close()
