@@ -11,9 +11,10 @@ from agentctx.serving.engine.loop import EngineLoop
 from agentctx.serving.engine.request import Request
 from agentctx.serving.engine.scheduler import Scheduler
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.runner.batch_forward import Row, release, run_rows, run_step
+from agentctx.serving.runner.batch_forward import Row, release, run_step
 from agentctx.serving.runner.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
+from tests.serving.runner_compare import assert_rows_agree
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -35,17 +36,9 @@ def test_graph_rows_match_eager_rows(family, dtype, tmp_path):
     plans = [(0, None), (0, (0, 3, 7, 23)), (1, (1, 2, 18)), (1, None), (0, (5, 9, 23))]
     toks = [ids[680 + i : 683 + i + i] for i in range(len(plans))]
     tails = {r: [r.new_tail(docs[d]) for d, _ in plans] for r in (eager, graph)}
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
     schedule = [[0, 1, 2, 3, 4]] * 2 + [[0, 2, 3, 4]] * 3 + [[0, 1, 2, 3, 4]] * 4
-    for which in schedule:
-        rows = {r: [Row(docs[plans[i][0]], tails[r][i], toks[i], plans[i][1]) for i in which] for r in tails}
-        want, got = run_rows(eager, rows[eager]), run_rows(graph, rows[graph])
-        for i, w, x in zip(which, want, got):
-            rel = ((x - w).norm() / w.norm()).item()
-            assert rel < tol, (i, rel)
-            if dtype == torch.float32:
-                assert int(x.argmax()) == int(w.argmax())
-            toks[i] = [int(w.argmax())]
+    assert_rows_agree(eager, graph, lambda r, i: Row(docs[plans[i][0]], tails[r][i], toks[i], plans[i][1]),
+                      schedule, toks, dtype)
     assert all(t.batch is not None for t in tails[graph])
     slots = [bs for d in docs for bs in d.batch_slots.values()]
     assert slots and all(bs.graphs and not bs.failed for bs in slots)  # replays, not the eager fallback
