@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from agentctx.serving.model_loader import load_model  # noqa: E402
 from agentctx.serving.runner.model_runner import ModelRunner  # noqa: E402
-from bench.bench_kv_quality import documents, greedy, score  # noqa: E402
+from bench.bench_kv_quality import contexts, greedy, score  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -51,42 +51,35 @@ def main() -> None:
     for name, dt in DTYPES.items():
         loaded = load_model(None, dtype=dt, device="cpu")
         runners[name] = ModelRunner(loaded, page_size=256, prefill_chunk_tokens=1024, query_mode="eager")
-    tok = loaded.tokenizer  # one tokenizer for both dtypes
-    texts = documents()
     rows = []
-    for doc_name in args.docs.split(","):
-        ids = tok(texts[doc_name], add_special_tokens=True)["input_ids"]
-        for n_ctx in (int(x) for x in args.context_tokens.split(",")):
-            need = n_ctx + args.score_tokens + 1
-            if len(ids) < need:
-                print(f"# {doc_name}: {len(ids)} tokens < {need}; skipped at {n_ctx}", file=sys.stderr)
-                continue
-            ctx, cont = ids[:n_ctx], ids[n_ctx:need]
-            base = None
-            for name, runner in runners.items():
-                load0 = os.getloadavg()[0]
-                with torch.inference_mode():
-                    t0 = time.perf_counter()
-                    doc = runner.prefill(ctx, progress=False)
-                    prefill_s = time.perf_counter() - t0
-                    nll, top = score(runner, doc, cont)
-                    t0 = time.perf_counter()
-                    gen = greedy(runner, doc, cont[0], args.greedy_tokens)
-                    gen_s = time.perf_counter() - t0
-                if base is None:
-                    base = {"nll": nll, "top": top, "gen": gen, "prefill_s": prefill_s, "gen_s": gen_s}
-                same = [a == b for a, b in zip(gen, base["gen"])]
-                row = {"doc": doc_name, "context_tokens": n_ctx, "dtype": name,
-                       "prefill_tok_s": n_ctx / prefill_s, "prefill_speedup": base["prefill_s"] / prefill_s,
-                       "decode_tok_s": (args.greedy_tokens + 1) / gen_s, "decode_speedup": base["gen_s"] / gen_s,
-                       "ppl": math.exp(nll.mean().item()),
-                       "ppl_ratio": math.exp((nll.mean() - base["nll"].mean()).item()),
-                       "nll_mad": (nll - base["nll"]).abs().mean().item(),
-                       "top1_agree": (top == base["top"]).float().mean().item(),
-                       "greedy_agree": sum(same) / len(same), "load_1min": round(load0, 1)}
-                rows.append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
-                del doc
+    # loaded: the last dtype's model; its tokenizer serves both
+    for doc_name, n_ctx, ctx, cont in contexts(loaded.tokenizer, args.docs, args.context_tokens,
+                                               args.score_tokens):
+        base = None
+        for name, runner in runners.items():
+            load0 = os.getloadavg()[0]
+            with torch.inference_mode():
+                t0 = time.perf_counter()
+                doc = runner.prefill(ctx, progress=False)
+                prefill_s = time.perf_counter() - t0
+                nll, top = score(runner, doc, cont)
+                t0 = time.perf_counter()
+                gen = greedy(runner, doc, cont[0], args.greedy_tokens)
+                gen_s = time.perf_counter() - t0
+            if base is None:
+                base = {"nll": nll, "top": top, "gen": gen, "prefill_s": prefill_s, "gen_s": gen_s}
+            same = [a == b for a, b in zip(gen, base["gen"])]
+            row = {"doc": doc_name, "context_tokens": n_ctx, "dtype": name,
+                   "prefill_tok_s": n_ctx / prefill_s, "prefill_speedup": base["prefill_s"] / prefill_s,
+                   "decode_tok_s": (args.greedy_tokens + 1) / gen_s, "decode_speedup": base["gen_s"] / gen_s,
+                   "ppl": math.exp(nll.mean().item()),
+                   "ppl_ratio": math.exp((nll.mean() - base["nll"].mean()).item()),
+                   "nll_mad": (nll - base["nll"]).abs().mean().item(),
+                   "top1_agree": (top == base["top"]).float().mean().item(),
+                   "greedy_agree": sum(same) / len(same), "load_1min": round(load0, 1)}
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            del doc
     print("| doc | context | dtype | prefill tok/s | prefill vs fp32 | decode tok/s | decode vs fp32 | ppl | "
           "ppl ratio | mean abs dNLL | top-1 agree | greedy agree | load |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

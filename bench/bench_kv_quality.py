@@ -86,6 +86,20 @@ def stored_doc(runner: ModelRunner, ref: DocKV, kv_dtype: str, granularity) -> t
     return doc, payloads[0].nbytes  # page 0 is full: the per-page size of every full page
 
 
+def contexts(tok, docs: str, context_tokens: str, score_tokens: int):
+    """(document name, context length, context ids, continuation ids) for each named document and
+    length: the first N tokens, then the next ``score_tokens + 1``; too short a document is skipped."""
+    texts = documents()
+    for name in docs.split(","):
+        ids = tok(texts[name], add_special_tokens=True)["input_ids"]
+        for n_ctx in (int(x) for x in context_tokens.split(",")):
+            need = n_ctx + score_tokens + 1
+            if len(ids) < need:
+                print(f"# {name}: {len(ids)} tokens < {need}; skipped at {n_ctx}", file=sys.stderr)
+                continue
+            yield name, n_ctx, ids[:n_ctx], ids[n_ctx:need]
+
+
 @torch.inference_mode()
 def score(runner: ModelRunner, doc: DocKV, cont: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(NLL, argmax) of cont[1:] given the document and the continuation before each token."""
@@ -128,48 +142,39 @@ def main() -> None:
     device_runners = {fmt: ModelRunner(loaded, page_size=args.page_size, prefill_chunk_tokens=1024,
                                        query_mode="eager", kv_dtype=kv)
                       for fmt, kv in DEVICE_FORMATS.items() if fmt in args.formats.split(",")}
-    tok = loaded.tokenizer
-    texts = documents()
     rows = []
-    for name in args.docs.split(","):
-        ids = tok(texts[name], add_special_tokens=True)["input_ids"]
-        for n_ctx in (int(x) for x in args.context_tokens.split(",")):
-            need = n_ctx + args.score_tokens + 1
-            if len(ids) < need:
-                print(f"# {name}: {len(ids)} tokens < {need}; skipped at {n_ctx}", file=sys.stderr)
-                continue
-            ctx, cont = ids[:n_ctx], ids[n_ctx:need]
+    for name, n_ctx, ctx, cont in contexts(loaded.tokenizer, args.docs, args.context_tokens, args.score_tokens):
+        t0 = time.perf_counter()
+        ref = runner.prefill(ctx, progress=False)
+        print(f"# {name} {n_ctx}: prefill {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        base_nll = base_top = base_gen = None
+        for fmt in args.formats.split(","):
             t0 = time.perf_counter()
-            ref = runner.prefill(ctx, progress=False)
-            print(f"# {name} {n_ctx}: prefill {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-            base_nll = base_top = base_gen = None
-            for fmt in args.formats.split(","):
-                t0 = time.perf_counter()
-                if fmt in device_runners:  # prefilled by the engine with quantised pages
-                    r = device_runners[fmt]
-                    doc = r.prefill(ctx, progress=False)
-                    held = [*doc.k_pages.values(), *doc.v_pages.values(),
-                            *doc.k_scales.values(), *doc.v_scales.values()]
-                    page_bytes = sum(t.numel() * t.element_size() for t in held) // max(1, doc.num_pages)
-                else:
-                    r = runner
-                    doc, page_bytes = stored_doc(runner, ref, *FORMATS[fmt])
-                nll, top = score(r, doc, cont)
-                gen = greedy(r, doc, cont[0], args.greedy_tokens)
-                if base_nll is None:
-                    base_nll, base_top, base_gen = nll, top, gen
-                same = [a == b for a, b in zip(gen, base_gen)]
-                row = {"doc": name, "context_tokens": n_ctx, "scored_tokens": len(nll), "format": fmt,
-                       "page_bytes": page_bytes, "ppl": math.exp(nll.mean().item()),
-                       "ppl_ratio": math.exp((nll.mean() - base_nll.mean()).item()),
-                       "nll_mad": (nll - base_nll).abs().mean().item(),
-                       "top1_agree": (top == base_top).float().mean().item(),
-                       "greedy_agree": sum(same) / len(same),
-                       "first_diff": same.index(False) if False in same else None,
-                       "s": round(time.perf_counter() - t0, 1)}
-                rows.append(row)
-                print(json.dumps(row), file=sys.stderr)
-            del ref
+            if fmt in device_runners:  # prefilled by the engine with quantised pages
+                r = device_runners[fmt]
+                doc = r.prefill(ctx, progress=False)
+                held = [*doc.k_pages.values(), *doc.v_pages.values(),
+                        *doc.k_scales.values(), *doc.v_scales.values()]
+                page_bytes = sum(t.numel() * t.element_size() for t in held) // max(1, doc.num_pages)
+            else:
+                r = runner
+                doc, page_bytes = stored_doc(runner, ref, *FORMATS[fmt])
+            nll, top = score(r, doc, cont)
+            gen = greedy(r, doc, cont[0], args.greedy_tokens)
+            if base_nll is None:
+                base_nll, base_top, base_gen = nll, top, gen
+            same = [a == b for a, b in zip(gen, base_gen)]
+            row = {"doc": name, "context_tokens": n_ctx, "scored_tokens": len(nll), "format": fmt,
+                   "page_bytes": page_bytes, "ppl": math.exp(nll.mean().item()),
+                   "ppl_ratio": math.exp((nll.mean() - base_nll.mean()).item()),
+                   "nll_mad": (nll - base_nll).abs().mean().item(),
+                   "top1_agree": (top == base_top).float().mean().item(),
+                   "greedy_agree": sum(same) / len(same),
+                   "first_diff": same.index(False) if False in same else None,
+                   "s": round(time.perf_counter() - t0, 1)}
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
+        del ref
     print("| doc | context | format | bytes/page | ppl | ppl ratio | mean abs dNLL | top-1 agree (scored) | "
           "greedy agree | first diff |")
     print("|---|---|---|---|---|---|---|---|---|---|")
