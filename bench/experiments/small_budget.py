@@ -48,24 +48,18 @@ def _offsets(tok, text: str) -> list[tuple[int, int]]:
 
 def docs(tok, size: str, sets: list[str]):
     """Yield (set, doc name, text, offsets, questions, cache key)."""
-    if "planted" in sets:
-        from bench.devsets import selection
+    from bench.devsets import casefile, selection
 
-        for fam in selection.families():
-            d = selection.build(fam, selection.SIZES[size], tok)
+    # The planted and case-file sets are built alike: families, a build per size, facts with spans.
+    for set_name, module in (("planted", selection), ("casefile", casefile)):
+        if set_name not in sets:
+            continue
+        for fam in module.families():
+            d = module.build(fam, module.SIZES[size], tok)
             offs = _offsets(tok, d.text)
-            qs = [Q("planted", f.id, _half(i), f.question, [fact_pages(offs, f.char_start, f.char_end, 256)])
+            qs = [Q(set_name, f.id, _half(i), f.question, [fact_pages(offs, f.char_start, f.char_end, 256)])
                   for i, f in enumerate(d.facts)]
-            yield "planted", fam, d.text, offs, qs, f"{fam}-{size}"
-    if "casefile" in sets:
-        from bench.devsets import casefile
-
-        for fam in casefile.families():
-            d = casefile.build(fam, casefile.SIZES[size], tok)
-            offs = _offsets(tok, d.text)
-            qs = [Q("casefile", f.id, _half(i), f.question, [fact_pages(offs, f.char_start, f.char_end, 256)])
-                  for i, f in enumerate(d.facts)]
-            yield "casefile", fam, d.text, offs, qs, f"{fam}-{size}"
+            yield set_name, fam, d.text, offs, qs, f"{fam}-{size}"
     if "native" in sets:
         from bench.devsets.native.build import SIZES, SOURCES, build, load_questions
 
