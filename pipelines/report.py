@@ -8,7 +8,8 @@ import re
 from pydantic import BaseModel, Field, model_serializer
 
 from agentctx.agents.clause_candidates import resolve_finding_conflicts
-from agentctx.agents.risk_rules import law_named, no_liability_cap
+from agentctx.agents.risk_law import law_named
+from agentctx.agents.risk_rules import no_liability_cap
 from agentctx.context import ContextInfo
 from agentctx.findings import ClauseFinding, RiskAssessment, RiskFinding, SectionSummary
 from agentctx.pipelines.runner import PipelineResult

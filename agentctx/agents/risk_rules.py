@@ -27,7 +27,7 @@ Rules (name: kind, what fires it, severity):
 * ``assignment_change_of_control`` (assignment): one side may assign on a change of
   control, merger, sale of its business or to a successor without the other's consent:
   high.
-* ``governing_law_venue`` (governing_law): the governing law and the venue; medium when
+* ``governing_law_venue`` (governing_law; the rule is in risk_law.py): the governing law and the venue; medium when
   the courts sit in another jurisdiction than the law's, low otherwise (for the record); low
   when either is a standard form's variable ("the State of Governing Law", "courts in
   Jurisdiction"), which names no place to compare.
@@ -36,11 +36,11 @@ Rules (name: kind, what fires it, severity):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
-from agentctx.agents.clause_lexicon import normalize
+from agentctx.agents.risk_hit import RuleHit, sentences
+from agentctx.agents.risk_law import governing_law
 
-__all__ = ["RuleHit", "RULES", "RULE_KINDS", "evaluate_rules", "no_liability_cap", "notice_days", "law_named"]
+__all__ = ["RuleHit", "RULES", "RULE_KINDS", "evaluate_rules", "no_liability_cap", "notice_days"]
 
 _CUSTOMER_SIDE = re.compile(r"\b(?:you|your|licensee|customer|client|recipient|partner|user|buyer|subscriber|"
                             r"distributor|commercial\s+distributor|redistributor)\b", re.I)
@@ -52,18 +52,6 @@ _DAYS = re.compile(r"\b(?:(?P<word>[a-z]+(?:-[a-z]+)?)\s+)?\(?(?P<num>\d{1,3})?\
                    r"days?\b", re.I)
 
 
-@dataclass(frozen=True)
-class RuleHit:
-    rule: str
-    kind: str
-    severity: str  # low | medium | high
-    start: int | None  # evidence span; None for a rule about something missing
-    end: int | None
-    rationale: str
-    recommendation: str
-    facts: dict = field(default_factory=dict)
-
-
 def notice_days(sentence: str) -> int | None:
     """The first period in days in a sentence: "twenty (20) days'" -> 20, "29 days" -> 29."""
     for m in _DAYS.finditer(sentence):
@@ -73,10 +61,6 @@ def notice_days(sentence: str) -> int | None:
         if w in _NUMBER_WORDS:
             return _NUMBER_WORDS[w]
     return None
-
-
-def _sentences(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
-    return [(s, e, normalize(text[s:e])) for s, e in spans]
 
 
 # ---------------------------------------------------------------- liability
@@ -144,7 +128,7 @@ def _carve_out(s: int, e: int, sent: str) -> RuleHit:
 
 def _liability(text: str, spans) -> list[RuleHit]:
     hits = []
-    for s, e, sent in _sentences(text, spans):
+    for s, e, sent in sentences(text, spans):
         if _UNLIMITED.search(sent):
             hits.append(RuleHit("liability_uncapped", "liability_cap", "high", s, e,
                                 "This sentence leaves liability unlimited.",
@@ -173,7 +157,7 @@ _INDEMNIFIER = re.compile(
 
 def _indemnity(text: str, spans) -> list[RuleHit]:
     who: dict[str, tuple[int, int]] = {}
-    for s, e, sent in _sentences(text, spans):
+    for s, e, sent in sentences(text, spans):
         for m in _INDEMNIFIER.finditer(sent):
             name = m["who"].strip()
             first = name.split()[0].lower()
@@ -211,7 +195,7 @@ def _termination(text: str, spans) -> list[RuleHit]:
     period is read from the sentence, else from the next one of the clause ("To terminate, the
     party must give 30 days' notice")."""
     hits = []
-    sents = _sentences(text, spans)
+    sents = sentences(text, spans)
     for i, (s, e, sent) in enumerate(sents):
         lead = next((p for _, _, p in reversed(sents[max(0, i - 4):i]) if p.rstrip().endswith(":")), None)
         own = _CONVENIENCE.search(sent)
@@ -246,7 +230,7 @@ _PERIOD = re.compile(r"\bperiods?\s+of\s+(\w+(?:\s+\(\d+\))?\s+(?:months?|years?
 
 def _term(text: str, spans) -> list[RuleHit]:
     hits = []
-    for s, e, sent in _sentences(text, spans):
+    for s, e, sent in sentences(text, spans):
         if not _RENEWAL.search(sent):
             continue
         window = None
@@ -280,7 +264,7 @@ _RATE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:%|percent|per\s+cent)\s*(?:per\s+(annu
 
 def _payment(text: str, spans) -> list[RuleHit]:
     hits = []
-    for s, e, sent in _sentences(text, spans):
+    for s, e, sent in sentences(text, spans):
         if _DUE.search(sent):
             days = notice_days(sent[_DUE.search(sent).start():])
             if days is not None and days < 30:
@@ -316,7 +300,7 @@ _NO_CONSENT = re.compile(r"\bwithout\s+(?:the\s+)?(?:[\w'\u2019]+\s+){0,3}consen
 
 def _assignment(text: str, spans) -> list[RuleHit]:
     hits = []
-    for s, e, sent in _sentences(text, spans):
+    for s, e, sent in sentences(text, spans):
         if _COC.search(sent) and _ASSIGN_FREE.search(sent) and _NO_CONSENT.search(sent) \
                 and not re.search(r"\b(?:may|shall|will)\s+not\s+assign\b", sent, re.I):
             hits.append(RuleHit("assignment_change_of_control", "assignment", "high", s, e,
@@ -327,80 +311,6 @@ def _assignment(text: str, spans) -> list[RuleHit]:
     return hits
 
 
-# ---------------------------------------------------------------- governing law
-_LAW = re.compile(r"\blaws?\s+of\s+(?P<law>(?:the\s+)?(?:State|Commonwealth|Republic|Province|Kingdom)\s+of\s+"
-                  r"[A-Z][\w]*"
-                  r"(?:\s+[A-Z][\w]*)*|[A-Z][\w]*(?:\s+(?:and\s+)?[A-Z][\w]*)*)")
-_VENUE = re.compile(r"\b(?:courts?|tribunals?)\s+(?:of|in|located\s+in|sitting\s+in|situated\s+in)\s+(?:the\s+)?"
-                    r"(?P<venue>(?:State|Commonwealth|Republic|County|City)\s+of\s+[A-Z][\w]*(?:\s+[A-Z][\w]*)*|"
-                    r"[A-Z][\w]*(?:\s+(?:and\s+)?[A-Z][\w]*)*)")
-
-
-_PLACE_PREFIX = re.compile(r"^(?:the\s+)?(?:State|Commonwealth|Republic|Province|Kingdom|County|City)\s+of\s+",
-                           re.I)
-
-
-def _place_key(s: str) -> str:
-    return _PLACE_PREFIX.sub("", s.strip()).split(",")[0].strip().lower()
-
-
-def law_named(sentence: str) -> str | None:
-    """The jurisdiction whose laws a sentence names, as written: "Delaware" of "the laws of the State
-    of Delaware", "England and Wales"; None when it names none."""
-    m = _LAW.search(normalize(sentence))
-    return _PLACE_PREFIX.sub("", m["law"].strip()).strip(" .") if m else None
-
-
-# Words a standard form uses for a value it defines elsewhere (a cover page or order form fills in
-# "Governing Law" and "Jurisdiction"): a law or venue spelt only with them names no place.
-_PLACEHOLDER_WORDS = frozenset({"governing", "law", "laws", "jurisdiction", "jurisdictions", "venue", "forum",
-                                "courts", "court", "chosen", "designated", "applicable", "specified", "selected"})
-
-
-def _placeholder(name: str) -> bool:
-    words = re.findall(r"[a-z]+", _PLACE_PREFIX.sub("", name.strip()).lower())
-    return bool(words) and all(w in _PLACEHOLDER_WORDS for w in words)
-
-
-def _governing_law(text: str, spans) -> list[RuleHit]:
-    law = venue = None
-    for s, e, sent in _sentences(text, spans):
-        if law is None and re.search(r"\bgovern|\bconstrued|\bapplicable\s+law|\bgoverning\s+law", sent, re.I):
-            m = _LAW.search(sent)
-            if m:
-                law = (m["law"], s, e)
-        if venue is None:
-            m = _VENUE.search(sent)
-            if m:
-                venue = (m["venue"], s, e)
-    if law is None and venue is None:
-        return []
-    refs = [x[0] for x in (law, venue) if x and _placeholder(x[0])]
-    if refs:  # a form's variables: comparing them would report a mismatch between two blanks
-        found = law or venue
-        named = " and ".join(f"\u201c{_PLACE_PREFIX.sub('', r).strip()}\u201d" for r in refs)
-        return [RuleHit("governing_law_venue", "governing_law", "low", found[1], found[2],
-                        f"Governing law and venue are set by reference ({named}), a value defined elsewhere "
-                        "(a cover page or order form).",
-                        "Check the values filled in where the agreement defines them.",
-                        {"law": law[0] if law else None, "venue": venue[0] if venue else None,
-                         "by_reference": True})]
-    if law and venue and _place_key(law[0]) != _place_key(venue[0]) \
-            and _place_key(law[0]) not in _place_key(venue[0]) and _place_key(venue[0]) not in _place_key(law[0]):
-        return [RuleHit("governing_law_venue", "governing_law", "medium", law[1], law[2],
-                        f"The agreement is governed by the laws of {law[0]} but disputes go to the courts of "
-                        f"{venue[0]}: a court applying foreign law adds cost and uncertainty.",
-                        "Align the governing law and the courts, preferably with your home jurisdiction.",
-                        {"law": law[0], "venue": venue[0]})]
-    found = law or venue
-    what = (f"the laws of {law[0]}" if law else "no governing law") + \
-           (f", disputes in the courts of {venue[0]}" if venue else ", no venue named")
-    return [RuleHit("governing_law_venue", "governing_law", "low", found[1], found[2],
-                    f"Governing law and venue: {what}.",
-                    "Confirm that this law and forum are acceptable to you.",
-                    {"law": law[0] if law else None, "venue": venue[0] if venue else None})]
-
-
 RULES = {
     "liability_cap": _liability,
     "indemnity": _indemnity,
@@ -408,7 +318,7 @@ RULES = {
     "term": _term,
     "payment": _payment,
     "assignment": _assignment,
-    "governing_law": _governing_law,
+    "governing_law": governing_law,
 }
 RULE_KINDS = tuple(RULES)
 
