@@ -64,7 +64,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from agentctx.kernels import attend_selected  # noqa: E402
 from agentctx.serving.sharding.attention import KVShard  # noqa: E402
-from agentctx.serving.sharding.plan import WorkerInfo, kv_page_bytes, plan_placement, topology_costs  # noqa: E402
+from agentctx.serving.sharding.plan import WorkerInfo, kv_page_bytes, plan_placement  # noqa: E402
+from agentctx.serving.sharding.topology import topology_costs  # noqa: E402
 
 GiB = 1 << 30
 LLAMA8B = dict(layers=32, Hq=32, Hkv=8, D=128)

@@ -8,10 +8,10 @@ prompt that starts with the same pages reads those KV blocks from vLLM's cache.
 A dense query (pages=None) is the full document plus the question, which is
 exactly the "dense reuse" peer of the benchmarks.
 
-Requests from any thread go into one ``LLMEngine``; a driver thread steps it, so
-concurrent agents are batched by vLLM's scheduler. vLLM is optional: importing
-this module is cheap, constructing the engine without vLLM raises
-``VLLMUnavailableError`` with the install command.
+Requests from any thread go into one ``LLMEngine``; a driver thread steps it
+(``serving/vllm_driver.py``), so concurrent agents are batched by vLLM's
+scheduler. vLLM is optional: importing this module is cheap, constructing the
+engine without vLLM raises ``VLLMUnavailableError`` with the install command.
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +39,7 @@ from agentctx.serving.types import (
     ScoreRequest,
     TokenizedDoc,
 )
+from agentctx.serving.vllm_driver import _Driver
 
 __all__ = ["VLLMEngine", "VLLMUnavailableError", "vllm_available"]
 
@@ -358,74 +357,6 @@ class VLLMEngine(Engine):
             self._driver.abort(rid)
             raise
         return text, ids, finish, ttft, cached
-
-
-class _Driver:
-    """Steps one LLMEngine in a background thread; requests from any thread are batched."""
-
-    def __init__(self, engine):
-        self.engine = engine
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._queues: dict[str, queue.Queue] = {}
-        self._thread = threading.Thread(target=self._loop, name="vllm-driver", daemon=True)
-        self._thread.start()
-
-    def submit(self, prompt_ids: list[int], params) -> tuple[str, queue.Queue]:
-        from vllm.inputs import TokensPrompt
-
-        rid = f"agentctx-{uuid.uuid4().hex}"
-        q: queue.Queue = queue.Queue()
-        with self._lock:
-            self._queues[rid] = q
-            try:
-                self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(prompt_ids)), params)
-            except Exception:
-                self._queues.pop(rid, None)
-                raise
-            self._wake.notify()
-        return rid, q
-
-    def submit_many(self, jobs) -> list[list]:
-        """Run (prompt_ids, params) jobs together; returns each job's list of outputs."""
-        handles = [self.submit(ids, p) for ids, p in jobs]
-        results = []
-        for _rid, q in handles:
-            outs = []
-            while (out := q.get()) is not None:
-                if isinstance(out, Exception):
-                    raise out
-                outs.append(out)
-            results.append(outs)
-        return results
-
-    def abort(self, rid: str) -> None:
-        with self._lock:
-            if self._queues.pop(rid, None) is not None:
-                self.engine.abort_request([rid])
-
-    def _loop(self) -> None:
-        while True:
-            with self._lock:
-                while not self._queues:
-                    self._wake.wait()
-                try:
-                    outs = self.engine.step()
-                except Exception as exc:  # noqa: BLE001 - fail every waiter, keep the thread
-                    log.exception("vLLM engine step failed")
-                    for q in self._queues.values():
-                        q.put(exc)
-                        q.put(None)
-                    self._queues.clear()
-                    continue
-                for out in outs:
-                    q = self._queues.get(out.request_id)
-                    if q is None:
-                        continue
-                    q.put(out)
-                    if out.finished:
-                        q.put(None)
-                        self._queues.pop(out.request_id, None)
 
 
 def _option_logprob(prompt_logprobs, option_ids: list[int]) -> float | None:

@@ -1,4 +1,4 @@
-"""The output head on CPU: lm_head(hidden) vs weight @ hidden.T (ModelRunner._cpu_head), side by
+"""The output head on CPU: lm_head(hidden) vs weight @ hidden.T (`_cpu_head` in serving/runner/output_head.py), side by
 side in one process on the real Gemma 3 270M, alone and inside decode steps (1 and 4 rows).
 
     python bench/experiments/cpu_head.py [--tokens 4096] [--reps 10]
@@ -32,7 +32,8 @@ def main() -> int:
     args = ap.parse_args()
     from agentctx.serving.model_loader import load_model
     from agentctx.serving.runner.batch_forward import Row, run_rows
-    from agentctx.serving.runner.model_runner import ModelRunner, _cpu_head
+    from agentctx.serving.runner.model_runner import ModelRunner
+    from agentctx.serving.runner.output_head import _cpu_head
 
     loaded = load_model(args.model, device="cpu")
     runner = ModelRunner(loaded, page_size=256, prefill_chunk_tokens=1024)

@@ -3,8 +3,9 @@
 The runner prefills a document into pages once (chunked) and runs queries over selected pages:
 it sets the step a forward reads (a contextvar) and calls the model, whose attention layers go
 through our ``agentctx_paged`` hook (serving/runner/attention.py); it also owns the output head
-(the CPU greedy head, logits of a few ids), the static query slots and the batched decode rows of
-each document, and the fusions. With every page selected a query equals dense attention.
+(the CPU greedy head, logits of a few ids: serving/runner/output_head.py, a base class), the
+static query slots and the batched decode rows of each document, and the fusions. With every
+page selected a query equals dense attention.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from agentctx.serving.model_loader import LoadedModel
 from agentctx.serving.runner.attention import ATTN_IMPL, STEP
 from agentctx.serving.runner.batch_slots import BatchSlots
 from agentctx.serving.runner.greedy_head import GreedyHead
+from agentctx.serving.runner.output_head import OutputHead
 from agentctx.serving.runner.packed_attention import ExtendStep, PackedStep
 from agentctx.serving.runner.paged_kv import DocKV, LayerLayout, QueryTail
 from agentctx.serving.runner.prefill import SLIDING_PREFILL, iter_prefill, prefill_state
@@ -53,27 +55,7 @@ FUSED_PROJ = ("auto", "on", "off")
 _MAX_SLOT_SETS = 4  # static slot sets (table widths) kept per document
 
 
-def _plain_fp32_cpu_linear(head, hidden: torch.Tensor) -> bool:
-    return (type(head) is torch.nn.Linear and hidden.device.type == "cpu" and hidden.dim() == 2
-            and hidden.dtype == torch.float32 and head.weight.dtype == torch.float32)
-
-
-def _cpu_head(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """hidden @ weight.T computed as (weight @ hidden.T).T, with one row sent as two.
-
-    The output head is a CPU decode step's largest read (262K x 640 fp32 = 670 MB for Gemma 3
-    270M). On this CPU's MKL, hidden @ weight.T for a few rows runs far below memory speed
-    (66 ms for 1 row, 141 ms for 4) while weight @ hidden.T streams the weight (30 ms for 2
-    rows, 45 ms for 4); a single row takes the slow matrix-vector path either way, so it is
-    sent twice. Same result up to fp32 rounding. bench/experiments/cpu_head.py measures both forms.
-    """
-    n = hidden.shape[0]
-    rows = hidden if n > 1 else hidden.repeat(2, 1)
-    out = torch.mm(weight, rows.t()).t()[:n]
-    return out if bias is None else out + bias
-
-
-class ModelRunner:
+class ModelRunner(OutputHead):
     """Prefill a document into pages once; run queries over selected pages.
 
     Not thread-safe per instance for concurrent forwards on one query tail; the
@@ -147,7 +129,7 @@ class ModelRunner:
         self.proj: FusedProj | None = self._install_fusion("fused_proj", fused_proj, install_proj,
                                                            "q/k/v or gate/up projections", triton=False)
         self.fused_proj = bool(self.proj and self.proj.fused)
-        # On CPU the output head runs as weight @ hidden.T (see _cpu_head); False = lm_head(hidden).
+        # On CPU the output head runs as weight @ hidden.T (see output_head._cpu_head); False = lm_head(hidden).
         self.cpu_head_left = True
         # Eager packed steps attend their one-token rows together per document
         # (serving/runner/packed_attention.py); False = row by row, the reference path.
@@ -207,70 +189,6 @@ class ModelRunner:
         finally:
             STEP.reset(token)
         return out.last_hidden_state
-
-    def logits_for(self, hidden_row: torch.Tensor, ids: list[int]) -> torch.Tensor:
-        """Logits of only the given token ids, (len(ids),) fp32, for one hidden row.
-
-        Reads len(ids) rows of the output matrix instead of all of it: for the 270M model the
-        matrix is 262K x 640 (670 MB in fp32), most of a CPU decode step's memory traffic, and
-        copy-constrained steps allow a handful of tokens.
-        """
-        head = self.model.lm_head
-        idx = torch.as_tensor(ids, dtype=torch.long, device=hidden_row.device)
-        logits = (head.weight.index_select(0, idx) @ hidden_row).float()
-        if getattr(head, "bias", None) is not None:
-            logits = logits + head.bias.index_select(0, idx).float()
-        return self._final_softcap(logits)
-
-    def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits (T, vocab) fp32 of hidden rows (T, hidden)."""
-        head = self.model.lm_head
-        if self.cpu_head_left and _plain_fp32_cpu_linear(head, hidden):
-            return self._final_softcap(_cpu_head(hidden, head.weight, head.bias))
-        return self._final_softcap(head(hidden).float())
-
-    def greedy_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(T, vocab) fp32 rows whose argmax is that of ``logits_from_hidden(hidden)``: on CPU
-        float32 the exact logits of the few tokens an int8 pass cannot rule out, -inf elsewhere
-        (serving/runner/greedy_head.py); elsewhere the full logits."""
-        head = self.model.lm_head
-        if not (self.cpu_greedy_head and _plain_fp32_cpu_linear(head, hidden)):
-            return self.logits_from_hidden(hidden)
-        if self._greedy_head is None:
-            cap = getattr(self.config, "final_logit_softcapping", None)
-            self._greedy_head = GreedyHead(head.weight.detach(), None if head.bias is None else head.bias.detach(),
-                                           softcap=cap)
-            if self.cpu_greedy_head == "auto" and not self._int8_head_pays(hidden):
-                self.cpu_greedy_head, self._greedy_head = False, None
-                return self.logits_from_hidden(hidden)
-        return self._greedy_head.logits(hidden)
-
-    def _int8_head_pays(self, hidden: torch.Tensor) -> bool:
-        """Whether the int8 head beats the float32 one on this CPU, timed once on real rows.
-
-        It depends on the CPU's int8 instructions: 17 against 37 ms for 8 rows where
-        ``torch._int_mm`` has VNNI kernels (BENCHMARKS §4g), but 143 ms against 40 ms for one
-        row on an AMD EPYC (Zen 2, AVX2 only) CI box, where the int8 product falls back to a
-        slow path."""
-        import time
-
-        def best(fn) -> float:
-            times = []
-            for _ in range(2):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            return min(times)
-
-        int8 = best(lambda: self._greedy_head.logits(hidden))
-        fp32 = best(lambda: self.logits_from_hidden(hidden))
-        log.info("greedy head on CPU: int8 pass %.1f ms, float32 head %.1f ms for %d rows: %s", 1e3 * int8,
-                 1e3 * fp32, hidden.shape[0], "int8" if int8 < fp32 else "float32")
-        return int8 < fp32
-
-    def _final_softcap(self, logits: torch.Tensor) -> torch.Tensor:
-        cap = getattr(self.config, "final_logit_softcapping", None)
-        return cap * torch.tanh(logits / cap) if cap else logits
 
     # ------------------------------------------------------------------ prefill
     @torch.inference_mode()

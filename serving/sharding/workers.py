@@ -32,13 +32,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from agentctx.serving.sharding.attention import KVShard
-from agentctx.serving.sharding.plan import (
-    ShardPlan,
-    WorkerInfo,
-    link_cost_matrix,
-    parse_nvidia_smi_topo,
-    plan_placement,
-)
+from agentctx.serving.sharding.plan import ShardPlan, WorkerInfo, plan_placement
+from agentctx.serving.sharding.topology import link_cost_matrix, parse_nvidia_smi_topo
 
 __all__ = ["ShardWorker", "ShardedKV"]
 

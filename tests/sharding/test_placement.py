@@ -8,15 +8,12 @@ import torch
 from agentctx.serving.sharding.plan import (
     ShardPlan,
     WorkerInfo,
-    chain_order,
     equal_ranges,
     kv_page_bytes,
-    link_cost,
-    link_cost_matrix,
-    parse_nvidia_smi_topo,
     partition_pages,
     plan_placement,
 )
+from agentctx.serving.sharding.topology import chain_order, link_cost, link_cost_matrix, parse_nvidia_smi_topo
 
 GiB = 1 << 30
 

@@ -20,10 +20,10 @@ from agentctx.kernels import attend_selected_reference
 from agentctx.serving.sharding.attention import (
     KVShard,
     local_selection,
-    merge_across_ranks,
     restrict_block_table,
     sharded_attend,
 )
+from agentctx.serving.sharding.merge import merge_across_ranks
 from tests.sharding import _dist_cases
 
 FP32_TOL = 1e-5
