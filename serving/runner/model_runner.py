@@ -136,9 +136,11 @@ class ModelRunner(OutputHead):
         self.group_decode_rows = True
         # Greedy rows on a float32 CPU head go through an int8 pass that finds the argmax's few
         # candidates (serving/runner/greedy_head.py; 168 MB more for Gemma 3 270M, built on first use).
-        # "auto": used when it is faster on this CPU (timed once, _int8_head_pays); True: always.
+        # "auto": the fastest of its backends and the float32 head on this CPU (timed once,
+        # output_head._pick_greedy_head); True: always.
         self.cpu_greedy_head: bool | str = "auto"
-        self._greedy_head: GreedyHead | None = None
+        self._greedy_heads: dict[str, GreedyHead] = {}  # backend -> head, built on first use
+        self._greedy_by_rows: dict[int, str] = {}  # rows rounded up to a power of 2 -> the head's choice
         # Static decode rows per document and table width, and each row's tail capacity
         # (serving/runner/batch_slots.py; the engine sets the rows to its scheduler's max_rows).
         self.batch_rows = 16

@@ -7,17 +7,18 @@ that leaves only the argmax's candidates for greedy rows (``serving/runner/greed
 used where it pays on this CPU. All of it ends in the model's final logit softcap.
 
 ``OutputHead`` is a base of ``ModelRunner`` rather than an object of its own so that the
-runner's settings (``cpu_head_left``, ``cpu_greedy_head``) and its lazily built ``_greedy_head``
+runner's settings (``cpu_head_left``, ``cpu_greedy_head``) and its lazily built ``_greedy_heads``
 stay attributes of the runner, where the engine, tests and benchmarks set them.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
 
-from agentctx.serving.runner.greedy_head import GreedyHead
+from agentctx.serving.runner.greedy_head import BACKENDS, GreedyHead, fbgemm_available
 
 __all__ = ["OutputHead"]
 
@@ -47,8 +48,9 @@ def _cpu_head(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 class OutputHead:
     """Logits from hidden rows for a runner with ``model`` (its ``lm_head``) and ``config``.
 
-    The subclass sets ``cpu_head_left`` (bool), ``cpu_greedy_head`` (bool | "auto") and
-    ``_greedy_head`` (GreedyHead | None) before the first call (``ModelRunner.__init__`` does).
+    The subclass sets ``cpu_head_left`` (bool), ``cpu_greedy_head`` (bool | "auto"), and the
+    empty ``_greedy_heads`` (backend -> GreedyHead) and ``_greedy_by_rows`` (row-count bucket ->
+    "float32" or a backend) before the first call (``ModelRunner.__init__`` does).
     """
 
     def logits_for(self, hidden_row: torch.Tensor, ids: list[int]) -> torch.Tensor:
@@ -75,29 +77,42 @@ class OutputHead:
     def greedy_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """(T, vocab) fp32 rows whose argmax is that of ``logits_from_hidden(hidden)``: on CPU
         float32 the exact logits of the few tokens an int8 pass cannot rule out, -inf elsewhere
-        (serving/runner/greedy_head.py); elsewhere the full logits."""
+        (serving/runner/greedy_head.py), where that is faster; elsewhere the full logits."""
         head = self.model.lm_head
         if not (self.cpu_greedy_head and _plain_fp32_cpu_linear(head, hidden)):
             return self.logits_from_hidden(hidden)
-        if self._greedy_head is None:
+        bucket = 1 << max(0, hidden.shape[0] - 1).bit_length()  # 1, 2, 4, 8, ...
+        choice = self._greedy_by_rows.get(bucket)
+        if choice is None:
+            choice = self._greedy_by_rows[bucket] = self._pick_greedy_head(head, hidden)
+        if choice == "float32":
+            return self.logits_from_hidden(hidden)
+        return self._greedy_head_of(head, choice).logits(hidden)
+
+    def _greedy_head_of(self, head, backend: str) -> GreedyHead:
+        if backend not in self._greedy_heads:
             cap = getattr(self.config, "final_logit_softcapping", None)
-            self._greedy_head = GreedyHead(head.weight.detach(), None if head.bias is None else head.bias.detach(),
-                                           softcap=cap)
-            if self.cpu_greedy_head == "auto" and not self._int8_head_pays(hidden):
-                self.cpu_greedy_head, self._greedy_head = False, None
-                return self.logits_from_hidden(hidden)
-        return self._greedy_head.logits(hidden)
+            bias = None if head.bias is None else head.bias.detach()
+            self._greedy_heads[backend] = GreedyHead(head.weight.detach(), bias, softcap=cap, backend=backend)
+        return self._greedy_heads[backend]
 
-    def _int8_head_pays(self, hidden: torch.Tensor) -> bool:
-        """Whether the int8 head beats the float32 one on this CPU, timed once on real rows.
+    def _pick_greedy_head(self, head, hidden: torch.Tensor) -> str:
+        """The head for steps of about this many rows: with ``cpu_greedy_head`` "auto", the fastest
+        of the int8 backends and the float32 head, timed once on these rows ("float32" or a
+        backend); with True, the first backend that runs here.
 
-        It depends on the CPU's int8 instructions: 17 against 37 ms for 8 rows where
-        ``torch._int_mm`` has VNNI kernels (BENCHMARKS §4g), but 143 ms against 40 ms for one
-        row on an AMD EPYC (Zen 2, AVX2 only) CI box, where the int8 product falls back to a
-        slow path."""
+        It depends on the CPU's int8 instructions and on the rows: ``torch._int_mm`` takes 17
+        against 37 ms for 8 rows where it has VNNI kernels (BENCHMARKS §4g), but 156 against 44 ms
+        for one row on an AVX2-only AMD EPYC (Zen 2), where it falls back to a slow path. FBGEMM's
+        AVX2 kernels run there: 12 against 33 ms for 1 row, 41 against 96 for 8, even at 16 and
+        slower at 32, where two integer levels per row cost more than one float32 row."""
         import time
 
-        def best(fn) -> float:
+        backends = [b for b in BACKENDS if b != "fbgemm" or fbgemm_available()]
+        if self.cpu_greedy_head != "auto":
+            return backends[0]
+
+        def best(fn) -> float:  # the better of two runs: the first may fault pages in
             times = []
             for _ in range(2):
                 t0 = time.perf_counter()
@@ -105,11 +120,16 @@ class OutputHead:
                 times.append(time.perf_counter() - t0)
             return min(times)
 
-        int8 = best(lambda: self._greedy_head.logits(hidden))
-        fp32 = best(lambda: self.logits_from_hidden(hidden))
-        log.info("greedy head on CPU: int8 pass %.1f ms, float32 head %.1f ms for %d rows: %s", 1e3 * int8,
-                 1e3 * fp32, hidden.shape[0], "int8" if int8 < fp32 else "float32")
-        return int8 < fp32
+        timings = {"float32": best(lambda: self.logits_from_hidden(hidden))}
+        for backend in backends:
+            timings[backend] = best(functools.partial(self._greedy_head_of(head, backend).logits, hidden))
+        choice = min(timings, key=timings.get)
+        # Keep only heads some row count uses (each is 168 MB for Gemma 3 270M).
+        keep = set(self._greedy_by_rows.values()) | {choice}
+        self._greedy_heads = {k: v for k, v in self._greedy_heads.items() if k in keep}
+        log.info("greedy head on CPU for %d rows: %s -> %s", hidden.shape[0],
+                 ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in timings.items()), choice)
+        return choice
 
     def _final_softcap(self, logits: torch.Tensor) -> torch.Tensor:
         cap = getattr(self.config, "final_logit_softcapping", None)

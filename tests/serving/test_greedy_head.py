@@ -10,10 +10,13 @@ import torch
 from agentctx.serving.engine import LocalEngine
 from agentctx.serving.model_loader import load_model
 from agentctx.serving.runner.batch_forward import Row, run_rows
-from agentctx.serving.runner.greedy_head import GreedyHead
+from agentctx.serving.runner.greedy_head import BACKENDS, GreedyHead, fbgemm_available
 from agentctx.serving.runner.model_runner import ModelRunner
 from agentctx.serving.types import GenerateRequest, SamplingParams
 from tests.factories import make_tiny_checkpoint
+
+# Every backend that runs on this machine (fbgemm needs torch's x86 quantized engine).
+HERE = [b for b in BACKENDS if b != "fbgemm" or fbgemm_available()]
 
 
 def _head(v=6000, k=96, seed=0):
@@ -38,12 +41,13 @@ def _full(w, h, bias=None, cap=None):
     return cap * torch.tanh(x / cap) if cap else x
 
 
+@pytest.mark.parametrize("backend", HERE)
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("cap", [None, 30.0])
-def test_same_argmax_and_exact_values_where_given(bias, cap):
+def test_same_argmax_and_exact_values_where_given(bias, cap, backend):
     w = _head()
     b = torch.randn(w.shape[0]) * 0.5 if bias else None
-    head = GreedyHead(w, b, softcap=cap)
+    head = GreedyHead(w, b, softcap=cap, backend=backend)
     for seed in range(20):
         h = _hidden(8, w.shape[1], seed)
         got, want = head.logits(h), _full(w, h, b, cap)
@@ -54,22 +58,24 @@ def test_same_argmax_and_exact_values_where_given(bias, cap):
         assert bool(torch.isneginf(got[~given]).all())
 
 
-def test_near_ties_keep_the_float32_argmax():
+@pytest.mark.parametrize("backend", HERE)
+def test_near_ties_keep_the_float32_argmax(backend):
     """Rows that differ by a hair: every contender is a candidate, and the float32 values decide."""
     w = _head(v=3000)
     h = _hidden(4, w.shape[1], 5)
     top = int(_full(w, h)[0].argmax())
     for j, eps in enumerate((1e-6, -1e-6, 3e-7, 0.0)):
         w[100 + j] = w[top] + eps  # a near copy (the last an exact copy: the lower index wins)
-    head = GreedyHead(w)
+    head = GreedyHead(w, backend=backend)
     got, want = head.logits(h), _full(w, h)
     assert torch.equal(got.argmax(1), want.argmax(1))
     assert bool(torch.isfinite(got[0, [top, 100, 101, 102, 103]]).all())
 
 
-def test_the_bound_holds_for_a_hostile_hidden_row():
+@pytest.mark.parametrize("backend", HERE)
+def test_the_bound_holds_for_a_hostile_hidden_row(backend):
     w = _head()
-    head = GreedyHead(w)
+    head = GreedyHead(w, backend=backend)
     h = torch.zeros(3, w.shape[1])
     h[0, 0] = 1e4  # one huge dimension
     h[1] = torch.linspace(-50, 50, w.shape[1])
@@ -86,11 +92,30 @@ def test_too_many_candidates_falls_back_to_the_full_product():
     torch.testing.assert_close(head.logits(h), _full(w, h), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("backend", HERE)
+def test_integer_products_are_exact(backend):
+    """Each backend's product of integer levels is the exact integer product times the row
+    scales: for fbgemm this checks that the guard row pins the op's own input scale at 1."""
+    w = _head(v=700)
+    head = GreedyHead(w, backend=backend)
+    g = torch.Generator().manual_seed(3)
+    lv = head.level
+    levels = torch.randint(-lv, lv + 1, (9, w.shape[1]), generator=g).float()
+    levels[0] = lv  # the extremes, where a 7- or 8-bit quantiser would clip or saturate
+    levels[1, ::2] = -lv
+    q = torch.round(w / head.scale[:, None]).clamp(-127, 127).double()
+    exact = (levels.double() @ q.t()) * head.scale.double()
+    got = head._scaled_products(levels).double()
+    torch.testing.assert_close(got, exact, rtol=2e-7, atol=0)
+
+
 def test_refuses_what_it_cannot_bound():
     with pytest.raises(ValueError, match="float32 CPU"):
         GreedyHead(torch.randn(10, 4, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="float32 CPU"):
         GreedyHead(torch.randn(10))
+    with pytest.raises(ValueError, match="backend"):
+        GreedyHead(torch.randn(10, 4), backend="cuda")
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +135,7 @@ def test_greedy_rows_pick_what_full_rows_pick(tiny_path):
                                     enumerate(zip(ts, nxt[kind]))])
             nxt[kind] = [int(x.argmax()) for x in out]
         assert nxt["greedy"] == nxt["last"]
-    assert runner._greedy_head is not None
+    assert runner._greedy_heads
 
 
 def test_engine_uses_it_only_for_plain_greedy_requests(tiny_path):
@@ -120,20 +145,22 @@ def test_engine_uses_it_only_for_plain_greedy_requests(tiny_path):
     engine.generate(GenerateRequest("doc", "question", max_new_tokens=4, temperature=0.7, seed=1))
     engine.generate(GenerateRequest("doc", "question", max_new_tokens=4,
                                     sampling=SamplingParams(frequency_penalty=0.5)))
-    assert engine.runner._greedy_head is None  # sampling and penalties read the full logits
+    assert not engine.runner._greedy_heads  # sampling and penalties read the full logits
     plain = engine.generate(GenerateRequest("doc", "question", max_new_tokens=6))
-    assert engine.runner._greedy_head is not None
+    assert engine.runner._greedy_heads
     engine.runner.cpu_greedy_head = False
     assert engine.generate(GenerateRequest("doc", "question", max_new_tokens=6)).token_ids == plain.token_ids
 
 
 def test_auto_keeps_the_int8_head_only_where_it_is_faster(tiny_path):
-    """"auto" times both heads once on the first greedy rows and keeps the faster; either way the
-    token is the full head's argmax."""
+    """"auto" times the float32 head and each int8 backend once on the first greedy rows and keeps
+    the fastest; either way the token is the full head's argmax."""
     runner = ModelRunner(load_model(tiny_path, device="cpu"), page_size=16, prefill_chunk_tokens=32)
     assert runner.cpu_greedy_head == "auto"
     hidden = torch.randn(3, runner.model.lm_head.weight.shape[1], generator=torch.Generator().manual_seed(5))
     got = runner.greedy_from_hidden(hidden)
-    assert runner.cpu_greedy_head in ("auto", False)
-    assert (runner._greedy_head is None) == (runner.cpu_greedy_head is False)
+    assert runner.cpu_greedy_head == "auto"
+    choice = runner._greedy_by_rows[4]  # 3 rows: the bucket of up to 4
+    assert choice in ("float32", *HERE)
+    assert set(runner._greedy_heads) == ({choice} - {"float32"})  # only the chosen head is kept
     assert torch.equal(got.argmax(-1), runner.logits_from_hidden(hidden).argmax(-1))
