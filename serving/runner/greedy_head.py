@@ -40,7 +40,7 @@ import warnings
 
 import torch
 
-__all__ = ["GreedyHead", "BACKENDS", "fbgemm_available"]
+__all__ = ["GreedyHead", "BACKENDS", "fbgemm_available", "cpu_has_vnni"]
 
 BACKENDS = ("int_mm", "fbgemm")
 # Largest integer level per backend: int8's 127, or 63 where fbgemm reads activations in 7 bits.
@@ -67,14 +67,23 @@ class GreedyHead:
         self.max_candidates = max_candidates
         self.backend, self.level = backend, _LEVEL[backend]
         with torch.no_grad():
-            self.scale = weight.abs().amax(1).clamp_min(torch.finfo(torch.float32).tiny) / 127  # (V,)
-            q = torch.round(weight / self.scale[:, None]).clamp_(-127, 127)
+            v = weight.shape[0]
+            self.scale, self.w_err, self.w_l1 = torch.empty(v), torch.empty(v), torch.empty(v)
+            q8 = torch.empty(weight.shape, dtype=torch.int8)
+            # In slices of rows: float32 temporaries the size of the head (670 MB for Gemma) cost
+            # seconds of page faults on a VM; slices of 16K rows reuse a few tens of MB.
+            for lo in range(0, v, 16384):
+                w = weight[lo:lo + 16384]
+                sc = w.abs().amax(1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+                q = torch.round(w / sc[:, None]).clamp_(-127, 127)
+                q8[lo:lo + 16384] = q
+                self.scale[lo:lo + 16384] = sc
+                self.w_err[lo:lo + 16384] = (w - q * sc[:, None]).abs().amax(1)  # |dw|max per row
+                self.w_l1[lo:lo + 16384] = w.abs().sum(1)
             if backend == "int_mm":
-                self.q_t = q.to(torch.int8).t()  # (K, V) view: _int_mm reads it as is
+                self.q_t = q8.t()  # (K, V) view: _int_mm reads it as is
             else:
-                self._packed = _fbgemm_pack(q.to(torch.int8), self.scale)
-            self.w_err = (weight - q * self.scale[:, None]).abs().amax(1)  # (V,) |dw|max per row
-            self.w_l1 = weight.abs().sum(1)  # (V,)
+                self._packed = _fbgemm_pack(q8, self.scale)
 
     @torch.inference_mode()
     def candidates(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -157,3 +166,20 @@ def fbgemm_available() -> bool:
         return bool(out.shape == (1, 2))
     except (RuntimeError, AttributeError):
         return False
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_vnni(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU has int8 dot-product instructions (x86 VNNI or AMX; Arm i8mm/dotprod),
+    which ``torch._int_mm`` needs to be fast on CPU."""
+    try:
+        with open(cpuinfo, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return False
+    flags = {"avx512_vnni", "avx_vnni", "amx_int8", "i8mm", "asimddp"}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features") and flags & set(value.split()):
+            return True
+    return False

@@ -141,6 +141,7 @@ class ModelRunner(OutputHead):
         self.cpu_greedy_head: bool | str = "auto"
         self._greedy_heads: dict[str, GreedyHead] = {}  # backend -> head, built on first use
         self._greedy_by_rows: dict[int, str] = {}  # rows rounded up to a power of 2 -> the head's choice
+        self._greedy_slow: set[str] = set()
         # Static decode rows per document and table width, and each row's tail capacity
         # (serving/runner/batch_slots.py; the engine sets the rows to its scheduler's max_rows).
         self.batch_rows = 16

@@ -18,7 +18,7 @@ import logging
 
 import torch
 
-from agentctx.serving.runner.greedy_head import BACKENDS, GreedyHead, fbgemm_available
+from agentctx.serving.runner.greedy_head import BACKENDS, GreedyHead, cpu_has_vnni, fbgemm_available
 
 __all__ = ["OutputHead"]
 
@@ -49,8 +49,9 @@ class OutputHead:
     """Logits from hidden rows for a runner with ``model`` (its ``lm_head``) and ``config``.
 
     The subclass sets ``cpu_head_left`` (bool), ``cpu_greedy_head`` (bool | "auto"), and the
-    empty ``_greedy_heads`` (backend -> GreedyHead) and ``_greedy_by_rows`` (row-count bucket ->
-    "float32" or a backend) before the first call (``ModelRunner.__init__`` does).
+    empty ``_greedy_heads`` (backend -> GreedyHead), ``_greedy_by_rows`` (row-count bucket ->
+    "float32" or a backend) and ``_greedy_slow`` (backends not worth timing again) before the
+    first call (``ModelRunner.__init__`` does).
     """
 
     def logits_for(self, hidden_row: torch.Tensor, ids: list[int]) -> torch.Tensor:
@@ -105,10 +106,13 @@ class OutputHead:
         against 37 ms for 8 rows where it has VNNI kernels (BENCHMARKS §4g), but 156 against 44 ms
         for one row on an AVX2-only AMD EPYC (Zen 2), where it falls back to a slow path. FBGEMM's
         AVX2 kernels run there: 12 against 33 ms for 1 row, 41 against 96 for 8, even at 16 and
-        slower at 32, where two integer levels per row cost more than one float32 row."""
+        slower at 32, where two integer levels per row cost more than one float32 row. So
+        ``_int_mm`` is tried only where the CPU has VNNI or FBGEMM is missing (building a head
+        takes seconds: it is not built to lose)."""
         import time
 
-        backends = [b for b in BACKENDS if b != "fbgemm" or fbgemm_available()]
+        backends = [b for b in BACKENDS if b not in self._greedy_slow and (
+            fbgemm_available() if b == "fbgemm" else cpu_has_vnni() or not fbgemm_available())]
         if self.cpu_greedy_head != "auto":
             return backends[0]
 
@@ -124,6 +128,9 @@ class OutputHead:
         for backend in backends:
             timings[backend] = best(functools.partial(self._greedy_head_of(head, backend).logits, hidden))
         choice = min(timings, key=timings.get)
+        # A backend 3x slower than the best is on a slow path here (``_int_mm`` without VNNI takes
+        # seconds for 8 rows): it is not timed again for other row counts.
+        self._greedy_slow |= {b for b in backends if timings[b] > 3 * timings[choice]}
         # Keep only heads some row count uses (each is 168 MB for Gemma 3 270M).
         keep = set(self._greedy_by_rows.values()) | {choice}
         self._greedy_heads = {k: v for k, v in self._greedy_heads.items() if k in keep}

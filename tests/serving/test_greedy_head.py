@@ -164,3 +164,15 @@ def test_auto_keeps_the_int8_head_only_where_it_is_faster(tiny_path):
     assert choice in ("float32", *HERE)
     assert set(runner._greedy_heads) == ({choice} - {"float32"})  # only the chosen head is kept
     assert torch.equal(got.argmax(-1), runner.logits_from_hidden(hidden).argmax(-1))
+
+
+def test_vnni_is_read_from_cpuinfo(tmp_path):
+    from agentctx.serving.runner.greedy_head import cpu_has_vnni
+
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n")
+    vnni = tmp_path / "vnni"
+    vnni.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    assert not cpu_has_vnni.__wrapped__(str(avx2))
+    assert cpu_has_vnni.__wrapped__(str(vnni))
+    assert not cpu_has_vnni.__wrapped__(str(tmp_path / "missing"))
