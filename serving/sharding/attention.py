@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from agentctx.kernels import attend_selected
+from agentctx.kernels import attend_selected, attend_selected_quant
+from agentctx.kernels.kv_quant import QuantPages
 from agentctx.kernels.positional import full_attention_lse
 from agentctx.serving.sharding.merge import _pipelined
 
@@ -41,6 +42,11 @@ __all__ = [
     "sharded_attend_dense",
     "KVShard",
     "CHUNK_DIMS",
+    "Pool",
+    "pool_shape",
+    "pool_slice",
+    "pool_to",
+    "pool_nbytes",
 ]
 
 CHUNK_DIMS = ("heads", "batch", "tokens")
@@ -136,10 +142,35 @@ def _empty_partial(q: Tensor) -> tuple[Tensor, Tensor]:
     return torch.zeros_like(q), torch.full(q.shape[:-1], float("-inf"), dtype=torch.float32, device=q.device)
 
 
+# A rank's pool of one layer: float pages, or quantised pages with their scales (issue 30). The
+# scales of every granularity keep the pool's S and Hkv dimensions, so a pool slices alike.
+Pool = Tensor | QuantPages
+
+
+def pool_shape(p: Pool) -> tuple[int, ...]:
+    return tuple((p.data if isinstance(p, QuantPages) else p).shape)
+
+
+def pool_slice(p: Pool, dim: int, a: int, b: int) -> Pool:
+    """p[..., a:b, ...] along ``dim`` (0: slots, 2: KV heads), the scales with the values."""
+    idx = (slice(None),) * dim + (slice(a, b),)
+    return QuantPages(p.data[idx], p.scale[idx]) if isinstance(p, QuantPages) else p[idx]
+
+
+def pool_to(p: Pool, device) -> Pool:
+    if isinstance(p, QuantPages):
+        return QuantPages(p.data.to(device).contiguous(), p.scale.to(device).contiguous())
+    return p.to(device).contiguous()
+
+
+def pool_nbytes(p: Pool) -> int:
+    return p.nbytes if isinstance(p, QuantPages) else p.numel() * p.element_size()
+
+
 def sharded_attend(
     q: Tensor,
-    k_pages: Tensor,
-    v_pages: Tensor,
+    k_pages: Pool,
+    v_pages: Pool,
     slot_lens: Tensor,
     sel: LocalSelection,
     scale: float,
@@ -155,7 +186,8 @@ def sharded_attend(
 
     Args:
         q: (B, Tq, Hq, D), identical on every rank.
-        k_pages, v_pages: (S_local, P, Hkv, D) this rank's pages of one layer.
+        k_pages, v_pages: (S_local, P, Hkv, D) this rank's pages of one layer, float or
+            :class:`QuantPages` (fp8 / int8 with their scales, read by ``attend_selected_quant``).
         slot_lens: (S_local,) int32 valid tokens per local slot.
         sel: this rank's part of the selection (local slot ids).
         scale, softcap, impl: as :func:`kernels.attend_selected`.
@@ -172,16 +204,19 @@ def sharded_attend(
     if chunk_dim not in CHUNK_DIMS:
         raise ValueError(f"chunk_dim must be one of {CHUNK_DIMS}, got {chunk_dim!r}")
     B, Tq, Hq, D = q.shape
-    Hkv = k_pages.shape[2]
+    Hkv = pool_shape(k_pages)[2]
     if Hq % Hkv:
         raise ValueError(f"sharded_attend: Hq ({Hq}) must be a multiple of Hkv ({Hkv})")
+    if isinstance(k_pages, QuantPages) != isinstance(v_pages, QuantPages):
+        raise ValueError("sharded_attend: k_pages and v_pages must both be quantised or both float")
     g = Hq // Hkv
-    empty = sel.total == 0 or k_pages.shape[0] == 0
+    empty = sel.total == 0 or pool_shape(k_pages)[0] == 0
+    attend = attend_selected_quant if isinstance(k_pages, QuantPages) else attend_selected
 
     def local(qq, kk, vv, bt, nb):
         if empty:
             return _empty_partial(qq)
-        return attend_selected(qq, kk, vv, bt, nb, slot_lens, scale, softcap=softcap, impl=impl)
+        return attend(qq, kk, vv, bt, nb, slot_lens, scale, softcap=softcap, impl=impl)
 
     if chunk_dim == "heads":
         pieces = _bounds(Hkv, chunks)
@@ -190,8 +225,8 @@ def sharded_attend(
             a, b = p
             if (a, b) == (0, Hkv):
                 return local(q, k_pages, v_pages, sel.block_table, sel.num_blocks)
-            return local(q[:, :, a * g : b * g], k_pages[:, :, a:b], v_pages[:, :, a:b], sel.block_table,
-                         sel.num_blocks)
+            return local(q[:, :, a * g : b * g], pool_slice(k_pages, 2, a, b), pool_slice(v_pages, 2, a, b),
+                         sel.block_table, sel.num_blocks)
 
         return _pipelined(pieces, compute, group, merge, cat_dim=2)
     if chunk_dim == "batch":
@@ -257,15 +292,15 @@ def sharded_attend_dense(
 class KVShard:
     """This rank's page range of one context, for every global layer.
 
-    k_pages[layer], v_pages[layer]: (S_local, P, Hkv, D); slot_lens: (S_local,)
-    int32 (on the pages' device). ``page_start`` maps local slot i to global
+    k_pages[layer], v_pages[layer]: (S_local, P, Hkv, D), float or :class:`QuantPages`;
+    slot_lens: (S_local,) int32 (on the pages' device). ``page_start`` maps local slot i to global
     page ``page_start + i``.
     """
 
     page_start: int
     page_stop: int
-    k_pages: dict[int, Tensor]
-    v_pages: dict[int, Tensor]
+    k_pages: dict[int, Pool]
+    v_pages: dict[int, Pool]
     slot_lens: Tensor
     group: object = None
     _host_lens: list[int] = field(default_factory=list, repr=False)
@@ -277,8 +312,9 @@ class KVShard:
         if self.slot_lens.shape != (n,):
             raise ValueError(f"KVShard: slot_lens shape {tuple(self.slot_lens.shape)} != ({n},)")
         for layer, k in self.k_pages.items():
-            if k.shape[0] != n or self.v_pages[layer].shape != k.shape:
-                raise ValueError(f"KVShard: layer {layer} pages {tuple(k.shape)} do not hold {n} slots")
+            shape = pool_shape(k)
+            if shape[0] != n or pool_shape(self.v_pages[layer]) != shape:
+                raise ValueError(f"KVShard: layer {layer} pages {shape} do not hold {n} slots")
         self._host_lens = [int(x) for x in self.slot_lens.cpu().tolist()]
 
     @property
@@ -304,19 +340,22 @@ class KVShard:
         return sharded_attend(q, self.k_pages[layer], self.v_pages[layer], self.slot_lens, sel, scale, softcap,
                               group=self.group, **kw)
 
-    def dense_tokens(self, layer: int) -> tuple[Tensor, Tensor]:
-        """(T_local, Hkv, D) views of this rank's valid tokens; needs every page but the last full."""
+    def dense_tokens(self, layer: int, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
+        """(T_local, Hkv, D) views of this rank's valid tokens (quantised pages: dequantised to
+        ``dtype``); needs every page but the last full."""
         lens = self._host_lens
-        P = self.k_pages[layer].shape[1]
+        P = pool_shape(self.k_pages[layer])[1]
         if any(x != P for x in lens[:-1]):
             raise ValueError("KVShard.dense_tokens: an inner page is not full; use attend() with a selection")
         n = sum(lens)
         k, v = self.k_pages[layer], self.v_pages[layer]
+        if isinstance(k, QuantPages):
+            k, v = k.dequantize(dtype), v.dequantize(dtype)
         return k.reshape(-1, *k.shape[2:])[:n], v.reshape(-1, *v.shape[2:])[:n]
 
     def attend_dense(self, layer: int, q: Tensor, scale: float | None = None, softcap: float | None = None,
                      **kw) -> tuple[Tensor, Tensor]:
         """:func:`sharded_attend_dense` of q (Tq, Hq, D) over every token of the context."""
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        k, v = self.dense_tokens(layer)
+        k, v = self.dense_tokens(layer, q.dtype)
         return sharded_attend_dense(q, k, v, scale, softcap, group=self.group, **kw)

@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from agentctx.serving.sharding.attention import KVShard
+from agentctx.kernels.kv_quant import QuantPages
+from agentctx.serving.sharding.attention import KVShard, Pool, pool_nbytes, pool_shape, pool_slice, pool_to
 from agentctx.serving.sharding.plan import ShardPlan, WorkerInfo, plan_placement
 from agentctx.serving.sharding.topology import link_cost_matrix, parse_nvidia_smi_topo
 
@@ -107,16 +108,17 @@ class ShardWorker:
                                 timeout=datetime.timedelta(seconds=timeout_s), **kw)
         return True
 
-    def load(self, page_start: int, page_stop: int, k_pages: Mapping[int, torch.Tensor],
-             v_pages: Mapping[int, torch.Tensor], slot_lens: torch.Tensor) -> int:
-        """Take this rank's pages (S_local, P, Hkv, D) per layer; returns the bytes held."""
+    def load(self, page_start: int, page_stop: int, k_pages: Mapping[int, Pool],
+             v_pages: Mapping[int, Pool], slot_lens: torch.Tensor) -> int:
+        """Take this rank's pages (S_local, P, Hkv, D) per layer, float or quantised with their
+        scales; returns the bytes held."""
         import torch.distributed as dist
 
-        k = {int(l): t.to(self.device).contiguous() for l, t in k_pages.items()}
-        v = {int(l): t.to(self.device).contiguous() for l, t in v_pages.items()}
+        k = {int(l): pool_to(t, self.device) for l, t in k_pages.items()}
+        v = {int(l): pool_to(t, self.device) for l, t in v_pages.items()}
         group = dist.group.WORLD if dist.is_initialized() else None
         self.shard = KVShard(page_start, page_stop, k, v, slot_lens.to(self.device, torch.int32), group=group)
-        return sum(t.numel() * t.element_size() for t in (*k.values(), *v.values()))
+        return sum(pool_nbytes(t) for t in (*k.values(), *v.values()))
 
     # ---------------------------------------------------------------- work
     def attend(self, layer: int, q: torch.Tensor, selected, scale: float | None = None,
@@ -155,8 +157,8 @@ class ShardedKV:
     @classmethod
     def create(
         cls,
-        k_pages: torch.Tensor | Mapping[int, torch.Tensor],
-        v_pages: torch.Tensor | Mapping[int, torch.Tensor],
+        k_pages: Pool | Mapping[int, Pool],
+        v_pages: Pool | Mapping[int, Pool],
         slot_lens: torch.Tensor | None = None,
         num_workers: int = 2,
         use_gpu: bool = False,
@@ -164,18 +166,23 @@ class ShardedKV:
         reserve_bytes: int = 2 << 30,
         actor_options: dict | None = None,
         init_timeout_s: float = 120.0,
+        q_dtype: torch.dtype | None = None,
     ) -> "ShardedKV":
         """Start the actors, plan placement, form the process group and load the pages.
 
         Args:
             k_pages, v_pages: (S, P, Hkv, D) of one layer (layer id 0), or a
-                dict layer -> (S, P, Hkv, D) for several layers.
+                dict layer -> (S, P, Hkv, D) for several layers; float tensors or
+                ``QuantPages`` (fp8 / int8 with scales: the same bytes the engine and the store
+                hold, each rank's slice of the scales travelling with its pages).
             slot_lens: (S,) int32 valid tokens per page (default: all full).
             num_workers: ranks (one GPU each with ``use_gpu``).
             placement: "memory" or "equal" (see ``plan_placement``).
             reserve_bytes: per-GPU memory kept free for workspaces.
             actor_options: extra ``.options(...)`` for the actors; default
                 ``num_cpus=0`` and ``num_gpus=1 if use_gpu else 0``.
+            q_dtype: the dtype queries are sent in (default: the pages' float dtype; for
+                quantised pages bf16 on GPUs, float32 on CPU).
         """
         import ray
 
@@ -183,11 +190,19 @@ class ShardedKV:
             k_pages, v_pages = {0: k_pages}, {0: v_pages}
         layers = tuple(sorted(k_pages))
         first = k_pages[layers[0]]
-        S, P, Hkv, D = first.shape
+        shape = pool_shape(first)
+        S, P, Hkv, D = shape
+        quant = isinstance(first, QuantPages)
         for l in layers:
-            if k_pages[l].shape != first.shape or v_pages[l].shape != first.shape:
-                raise ValueError(f"ShardedKV.create: layer {l} pages have shape {tuple(k_pages[l].shape)}, "
-                                 f"expected {tuple(first.shape)}")
+            for name, p in (("k", k_pages[l]), ("v", v_pages[l])):
+                if pool_shape(p) != shape or isinstance(p, QuantPages) != quant:
+                    raise ValueError(f"ShardedKV.create: layer {l} {name} pages have shape {pool_shape(p)} "
+                                     f"({'quantised' if isinstance(p, QuantPages) else 'float'}), expected "
+                                     f"{shape} ({'quantised' if quant else 'float'}) like layer {layers[0]}'s k")
+                if quant:
+                    p.check(f"ShardedKV.create: layer {l} {name} pages")
+        if q_dtype is None:
+            q_dtype = (torch.bfloat16 if use_gpu else torch.float32) if quant else first.dtype
         if slot_lens is None:
             slot_lens = torch.full((S,), P, dtype=torch.int32)
         slot_lens = slot_lens.to("cpu", torch.int32)
@@ -205,7 +220,7 @@ class ShardedKV:
                     costs = link_cost_matrix(parse_nvidia_smi_topo(infos[0]["topology"]))
                 except ValueError as exc:
                     log.warning("ShardedKV: could not parse nvidia-smi topology (%s); keeping rank order", exc)
-            page_bytes = 2 * len(layers) * P * Hkv * D * first.element_size()
+            page_bytes = sum(pool_nbytes(p) for l in layers for p in (k_pages[l], v_pages[l])) // max(S, 1)
             plan = plan_placement(S, workers, page_bytes, link_costs=costs,
                                   reserve_bytes=reserve_bytes if use_gpu else 0, policy=placement)
             port = ray.get(actors[0].free_port.remote())
@@ -214,15 +229,15 @@ class ShardedKV:
             loads = []
             for r, a in enumerate(actors):
                 s0, s1 = plan.ranges[r]
-                kr = {l: k_pages[l][s0:s1].cpu().contiguous() for l in layers}
-                vr = {l: v_pages[l][s0:s1].cpu().contiguous() for l in layers}
+                kr = {l: pool_to(pool_slice(k_pages[l], 0, s0, s1), "cpu") for l in layers}
+                vr = {l: pool_to(pool_slice(v_pages[l], 0, s0, s1), "cpu") for l in layers}
                 loads.append(a.load.remote(s0, s1, kr, vr, slot_lens[s0:s1].clone()))
             ray.get(loads)
         except BaseException:
             for a in actors:
                 ray.kill(a)
             raise
-        return cls(actors, plan, layers, D, first.dtype)
+        return cls(actors, plan, layers, D, q_dtype)
 
     def attend_with_lse(
         self,
