@@ -95,6 +95,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="auto: retrieval for real-weight runs when `retrieval` imports, else oracle+random")
     ap.add_argument("--kernel-impl", default="auto", help="attend_selected impl: auto|triton|torch|flash")
     ap.add_argument("--kernel-reps", type=int, default=20)
+    ap.add_argument("--kv-dtype", default="auto", choices=("auto", "bf16", "fp8_e4m3", "int8"),
+                    help="the document's pages on the device (model.kv_dtype): quantised pages are read by "
+                         "attend_selected_quant, in the kernel timing too")
     ap.add_argument("--query-mode", default="auto", choices=("auto", "eager", "static", "graph"),
                     help="query forwards: auto = CUDA graphs on CUDA, eager on CPU (serving.runner.static_query)")
     ap.add_argument("--budget-s", type=float, default=None,

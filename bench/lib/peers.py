@@ -303,14 +303,16 @@ class NaivePeer:
 
 # ---------------------------------------------------------------------------- kernel alone
 def kernel_decode_attention(runner, doc, pages: list[int] | None, reps: int = 20) -> dict:
-    """Time ``attend_selected`` alone for one decode token (every global layer, same page table).
+    """Time ``attend_selected`` alone for one decode token (every global layer, same page table);
+    a document held quantised (``model.kv_dtype`` fp8 / int8) is read by ``attend_selected_quant``.
 
     On CUDA the per-token layer loop is captured in a CUDA graph and replayed,
     which removes Python launch overhead and leaves device time; if capture
     fails the eager loop time (events) is reported instead. Both are returned
     when available.
     """
-    from agentctx.kernels import attend_selected
+    from agentctx.kernels import attend_selected, attend_selected_quant
+    from agentctx.kernels.attend_selected import QUANT_IMPLS
 
     device = runner.device
     layers = runner.layout.global_layers
@@ -322,10 +324,15 @@ def kernel_decode_attention(runner, doc, pages: list[int] | None, reps: int = 20
     q = torch.randn(1, 1, hq, d, device=device, dtype=torch.float32, generator=g).to(runner.dtype)
     scale = 1.0 / math.sqrt(d)
 
+    attend = attend_selected_quant if getattr(doc, "quantized", False) else attend_selected
+    impl = runner.kernel_impl
+    if attend is attend_selected_quant and impl not in QUANT_IMPLS:
+        impl = "auto"  # a float-only impl (flash-attn): the quantised pages take Triton or the reference
+    pools = [doc.pool(layer) for layer in layers]
+
     def step():
-        for layer in layers:
-            attend_selected(q, doc.k_pages[layer], doc.v_pages[layer], table, count, slot_lens, scale,
-                            impl=runner.kernel_impl)
+        for k, v in pools:
+            attend(q, k, v, table, count, slot_lens, scale, impl=impl)
 
     with torch.inference_mode():
         for _ in range(2):

@@ -51,7 +51,8 @@ class ModelBench:
         self.real = not self.info["random"]
         self.runner = ModelRunner(self.loaded, page_size=args.page_size, prefill_chunk_tokens=args.prefill_chunk,
                                   max_context_tokens=max(max(sizes) * 2, 1 << 21), kernel_impl=args.kernel_impl,
-                                  query_mode=args.query_mode, fused_proj=args.fused_proj)
+                                  query_mode=args.query_mode, fused_proj=args.fused_proj,
+                                  kv_dtype=getattr(args, "kv_dtype", "auto"))
         self.shape = physics.ModelShape.from_model(self.model, self.runner.layout)
         self.shared = SharedPeer(self.runner, device)
         self.naive = NaivePeer(self.model, device, args.naive_chunk)
@@ -79,6 +80,7 @@ class ModelBench:
             "shape": self.shape.to_dict(),
             "page_size": args.page_size,
             "query_mode": self.runner.query_mode,
+            "kv_dtype": getattr(args, "kv_dtype", "auto"),
             "fused_proj": self.runner.fused_proj,
             "prefill_chunk": args.prefill_chunk,
             "naive_chunk": args.naive_chunk,

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(240)
-def test_session_bench_tiny_cpu(tmp_path):
+@pytest.mark.parametrize("kv_dtype", ["auto", "int8"])  # int8: the document's pages held quantised
+def test_session_bench_tiny_cpu(tmp_path, kv_dtype):
     cmd = [
         sys.executable, str(ROOT / "bench" / "bench_session.py"),
         "--model", "tiny-gemma3:1k", "--device", "cpu",
@@ -26,6 +27,7 @@ def test_session_bench_tiny_cpu(tmp_path):
         "--page-size", "64", "--prefill-chunk", "256", "--recent-tokens", "64",
         "--kernel-reps", "4", "--no-alarm", "--no-probe", "--out", str(tmp_path),
         "--query-mode", "static",  # the CUDA-graph path's static forwards, run eagerly on CPU
+        "--kv-dtype", kv_dtype,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=230, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -34,7 +36,7 @@ def test_session_bench_tiny_cpu(tmp_path):
 
     m = res["models"]["tiny-gemma3"]
     assert m["random"] is True and "oracle+random" in m["selection"]
-    assert m["query_mode"] == "static"
+    assert m["query_mode"] == "static" and m["kv_dtype"] == kv_dtype
     size = m["sizes"][str(1024)]
     assert size["tokens"] == 1024 and size["queries"] == 2
     peers = size["peers"]
