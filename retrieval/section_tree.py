@@ -89,6 +89,23 @@ def _part_heading(st: dict) -> bool:
     return kw in _PART_KEYWORDS and ordinal(st["number"]) is not None and (kw == "article" or st["heading"])
 
 
+# Unnumbered headings of what comes before an agreement's operative articles. Such a part never holds
+# the articles: "Preamble" followed by "Article 1 - DEFINITIONS" are siblings.
+_PRELIMINARY = re.compile(r"(?:preamble|recitals?|background|introduction|notice|whereas)[\s:.]*", re.I)
+
+
+def _preliminary_at(stack: list[tuple[str, int]], starts: list[dict]) -> int | None:
+    """The depth of an open unnumbered preliminary heading ("Preamble", "RECITALS")."""
+    return next((d for d, (_, si) in enumerate(stack) if starts[si]["style"].startswith("head:")
+                 and not starts[si]["number"] and _PRELIMINARY.fullmatch(starts[si]["title"].strip())), None)
+
+
+def _opens_articles(st: dict) -> bool:
+    """A part heading ("Article 1", "ARTICLE I") or a first numbered heading ("1. Definitions")."""
+    return _part_heading(st) or (st["style"].startswith("num") and bool(st["heading"])
+                                 and st["number"] in ("1", "1.0"))
+
+
 def _first_bare(stack: list[tuple[str, int]], starts: list[dict]) -> int | None:
     """The depth of the outermost bare clause number open on the stack."""
     return next((d for d, (_, si) in enumerate(stack) if _bare(starts[si])), None)
@@ -138,6 +155,8 @@ def _nest(text: str, starts: list[dict]) -> list[Section]:
         bare_at = _first_bare(stack, starts)
         if (style.startswith("kw:") and style[3:] in _TOP_KEYWORDS) or style == "signature":
             close_to(0, st["start"])
+        elif _opens_articles(st) and (pre_at := _preliminary_at(stack, starts)) is not None:
+            close_to(pre_at, st["start"])  # the articles begin: the preamble or recitals end here
         elif bare_at is not None and _part_heading(st) and k not in keys:
             # "ARTICLE 9" (or "Article IX", "ARTICLE NINE") after "3. Exceptions": a keyword heading is never
             # part of a bare-numbered clause. Nested under it, the article's restarted "1." would close it

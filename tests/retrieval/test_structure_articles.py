@@ -111,3 +111,35 @@ def test_by_in_running_text_opens_no_signature_block():
     text = ("1. Notices. Notices must be in writing and delivered as follows:\n\nBy: courier\n\n"
             "2. Term. This Agreement lasts two years.\n")
     assert [name for _, name in _tree(text)] == ["1. Notices", "2. Term"]
+
+
+
+_BODY = "The parties wish to work together on the terms below, as the sentences of this part say at length.\n\n"
+
+
+def _with_part(part: str, a1: str, a2: str) -> str:
+    # A body paragraph first: headings right under the document's title are its title lines.
+    return (f"EXAMPLE SOFTWARE AGREEMENT\n\nThis agreement is made between the parties named below.\n\n"
+            f"{part}\n\n{_BODY}{_BODY}{a1}\n\n{_BODY}{a2}\n\n{_BODY}")
+
+
+_ARTICLES = [("Article 1 - DEFINITIONS", "Article 2 - TERM"), ("ARTICLE I", "ARTICLE II"),
+             ("1. Definitions", "2. Term")]
+
+
+@pytest.mark.parametrize("prelim", ["Preamble", "RECITALS", "Background"])
+@pytest.mark.parametrize("articles", _ARTICLES)
+def test_articles_are_not_parts_of_the_preamble(prelim, articles):
+    st = parse_structure(_with_part(prelim, *articles))
+    pre, *arts = st.sections
+    assert pre.title == prelim and pre.parent is None and len(arts) == 2
+    assert all(a.parent is None for a in arts), [(a.name, a.parent) for a in arts]
+    assert pre.end <= arts[0].start
+
+
+@pytest.mark.parametrize("articles", _ARTICLES)
+def test_a_titled_part_still_holds_its_articles(articles):
+    """Only preliminary headings close: "Terms of Use" may hold the articles under it."""
+    st = parse_structure(_with_part("Terms of Use", *articles))
+    part, *arts = st.sections
+    assert part.title == "Terms of Use" and [a.parent for a in arts] == [0, 0]
