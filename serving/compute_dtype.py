@@ -20,24 +20,30 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["default_dtype", "cpu_has_native_bf16", "CPU_DTYPE_ENV"]
+__all__ = ["default_dtype", "cpu_has_native_bf16", "cpu_has_any", "CPU_DTYPE_ENV"]
 
 CPU_DTYPE_ENV = "AGENTCTX_CPU_DTYPE"
 _NAMES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 _BF16_FLAGS = {"avx512_bf16", "amx_bf16", "bf16"}  # x86 /proc/cpuinfo "flags"; Arm "Features"
 
 
-def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU advertises bf16 dot-product instructions (False where it cannot be read)."""
+def cpu_has_any(flags: set[str] | frozenset[str], cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU advertises any of ``flags`` (x86 "flags" / Arm "Features" lines of
+    /proc/cpuinfo; False where it cannot be read)."""
     try:
         text = Path(cpuinfo).read_text(errors="replace")
     except OSError:
         return False
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features") and _BF16_FLAGS & set(value.split()):
+        if key.strip().lower() in ("flags", "features") and flags & set(value.split()):
             return True
     return False
+
+
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU advertises bf16 dot-product instructions (False where it cannot be read)."""
+    return cpu_has_any(_BF16_FLAGS, cpuinfo)
 
 
 def default_dtype(device: str | torch.device | None) -> torch.dtype:

@@ -40,9 +40,12 @@ import warnings
 
 import torch
 
+from agentctx.serving.compute_dtype import cpu_has_any
+
 __all__ = ["GreedyHead", "BACKENDS", "fbgemm_available", "cpu_has_vnni"]
 
 BACKENDS = ("int_mm", "fbgemm")
+_VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "i8mm", "asimddp"})
 # Largest integer level per backend: int8's 127, or 63 where fbgemm reads activations in 7 bits.
 _LEVEL = {"int_mm": 127, "fbgemm": 63}
 
@@ -73,13 +76,12 @@ class GreedyHead:
             # In slices of rows: float32 temporaries the size of the head (670 MB for Gemma) cost
             # seconds of page faults on a VM; slices of 16K rows reuse a few tens of MB.
             for lo in range(0, v, 16384):
-                w = weight[lo:lo + 16384]
+                rows = slice(lo, lo + 16384)
+                w = weight[rows]
                 sc = w.abs().amax(1).clamp_min(torch.finfo(torch.float32).tiny) / 127
                 q = torch.round(w / sc[:, None]).clamp_(-127, 127)
-                q8[lo:lo + 16384] = q
-                self.scale[lo:lo + 16384] = sc
-                self.w_err[lo:lo + 16384] = (w - q * sc[:, None]).abs().amax(1)  # |dw|max per row
-                self.w_l1[lo:lo + 16384] = w.abs().sum(1)
+                q8[rows], self.scale[rows], self.w_l1[rows] = q, sc, w.abs().sum(1)
+                self.w_err[rows] = (w - q * sc[:, None]).abs().amax(1)  # |dw|max per row
             if backend == "int_mm":
                 self.q_t = q8.t()  # (K, V) view: _int_mm reads it as is
             else:
@@ -172,14 +174,4 @@ def fbgemm_available() -> bool:
 def cpu_has_vnni(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether the CPU has int8 dot-product instructions (x86 VNNI or AMX; Arm i8mm/dotprod),
     which ``torch._int_mm`` needs to be fast on CPU."""
-    try:
-        with open(cpuinfo, errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return False
-    flags = {"avx512_vnni", "avx_vnni", "amx_int8", "i8mm", "asimddp"}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features") and flags & set(value.split()):
-            return True
-    return False
+    return cpu_has_any(_VNNI_FLAGS, cpuinfo)

@@ -46,7 +46,6 @@ __all__ = [
     "pool_shape",
     "pool_slice",
     "pool_to",
-    "pool_nbytes",
 ]
 
 CHUNK_DIMS = ("heads", "batch", "tokens")
@@ -161,10 +160,6 @@ def pool_to(p: Pool, device) -> Pool:
     if isinstance(p, QuantPages):
         return QuantPages(p.data.to(device).contiguous(), p.scale.to(device).contiguous())
     return p.to(device).contiguous()
-
-
-def pool_nbytes(p: Pool) -> int:
-    return p.nbytes if isinstance(p, QuantPages) else p.numel() * p.element_size()
 
 
 def sharded_attend(

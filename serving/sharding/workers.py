@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from agentctx.kernels.kv_quant import QuantPages
-from agentctx.serving.sharding.attention import KVShard, Pool, pool_nbytes, pool_shape, pool_slice, pool_to
+from agentctx.serving.sharding.attention import KVShard, Pool, pool_shape, pool_slice, pool_to
 from agentctx.serving.sharding.plan import ShardPlan, WorkerInfo, plan_placement
 from agentctx.serving.sharding.topology import link_cost_matrix, parse_nvidia_smi_topo
 
@@ -118,7 +118,7 @@ class ShardWorker:
         v = {int(l): pool_to(t, self.device) for l, t in v_pages.items()}
         group = dist.group.WORLD if dist.is_initialized() else None
         self.shard = KVShard(page_start, page_stop, k, v, slot_lens.to(self.device, torch.int32), group=group)
-        return sum(pool_nbytes(t) for t in (*k.values(), *v.values()))
+        return sum(t.nbytes for t in (*k.values(), *v.values()))  # QuantPages.nbytes counts the scales
 
     # ---------------------------------------------------------------- work
     def attend(self, layer: int, q: torch.Tensor, selected, scale: float | None = None,
@@ -220,7 +220,7 @@ class ShardedKV:
                     costs = link_cost_matrix(parse_nvidia_smi_topo(infos[0]["topology"]))
                 except ValueError as exc:
                     log.warning("ShardedKV: could not parse nvidia-smi topology (%s); keeping rank order", exc)
-            page_bytes = sum(pool_nbytes(p) for l in layers for p in (k_pages[l], v_pages[l])) // max(S, 1)
+            page_bytes = sum(p.nbytes for l in layers for p in (k_pages[l], v_pages[l])) // max(S, 1)
             plan = plan_placement(S, workers, page_bytes, link_costs=costs,
                                   reserve_bytes=reserve_bytes if use_gpu else 0, policy=placement)
             port = ray.get(actors[0].free_port.remote())
