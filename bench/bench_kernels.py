@@ -48,7 +48,8 @@ import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
 from agentctx.kernels import attend_selected  # noqa: E402
-from agentctx.kernels.triton_attend import TritonConfig, choose_config, triton_attend_selected  # noqa: E402
+from agentctx.kernels.triton_attend import triton_attend_selected  # noqa: E402
+from agentctx.kernels.triton_config import TritonConfig, choose_config  # noqa: E402
 
 SHAPES = {
     "gemma3-270m": dict(Hq=4, Hkv=1, D=256),

@@ -39,8 +39,8 @@ import bench.bench_kernels as bk  # noqa: E402
 from agentctx.kernels import attend_selected  # noqa: E402
 from agentctx.kernels.attend_selected import attend_selected_quant  # noqa: E402
 from agentctx.kernels.kv_quant import quantize_pages  # noqa: E402
-from agentctx.kernels.triton_attend import choose_config  # noqa: E402
 from agentctx.kernels.triton_attend_quant import triton_attend_selected_quant  # noqa: E402
+from agentctx.kernels.triton_config import choose_config  # noqa: E402
 
 VARIANTS = {  # name -> choose_config overrides (on top of the bf16 heuristics)
     "default": {},

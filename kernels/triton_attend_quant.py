@@ -23,7 +23,8 @@ import triton.language as tl
 from torch import Tensor
 
 from .kv_quant import QuantPages
-from .triton_attend import INTERPRET, TritonConfig, _merge, _outputs, _plan_launch
+from .triton_attend import INTERPRET, _merge, _outputs, _plan_launch
+from .triton_config import TritonConfig
 from .triton_dequant import SCALE_MODE, pv_dequant, scale_strides, scores_dequant
 
 __all__ = ["triton_attend_selected_quant", "SCALE_MODE"]
@@ -137,7 +138,7 @@ def triton_attend_selected_quant(
 ) -> tuple[Tensor, Tensor]:
     """:func:`~agentctx.kernels.attend_selected.attend_selected_quant` through the paged split-K
     kernels (inputs validated there). ``config``: an explicit :class:`TritonConfig` (default
-    :func:`~agentctx.kernels.triton_attend.choose_config`, the bf16 heuristics: the same tokens
+    :func:`~agentctx.kernels.triton_config.choose_config`, the bf16 heuristics: the same tokens
     per tile, half the bytes).
     """
     kd, vd = k_pages.data, v_pages.data

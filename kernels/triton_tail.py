@@ -34,7 +34,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without triton
     raise ImportError("kernels.triton_tail needs the 'triton' package (pip install triton)") from exc
 
 from . import tail_tiles
-from .triton_attend import INTERPRET, _merge_block_d, _merge_splits_kernel, _sm_count
+from .triton_attend import INTERPRET, _merge_splits_kernel
+from .triton_config import _merge_block_d, _sm_count
 
 __all__ = ["triton_tail_merged", "triton_window"]
 

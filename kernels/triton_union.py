@@ -31,7 +31,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without triton
     raise ImportError("kernels.triton_union needs the 'triton' package") from exc
 
 from .kv_quant import QuantPages
-from .triton_attend import INTERPRET, _merge_block_d, _merge_splits_kernel, _next_pow2, _sm_count
+from .triton_attend import INTERPRET, _merge_splits_kernel
+from .triton_config import _merge_block_d, _next_pow2, _sm_count
 from .triton_dequant import pv_dequant, scale_mode, scale_strides, scores_dequant
 
 __all__ = ["triton_attend_union", "union_splits"]

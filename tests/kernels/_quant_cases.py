@@ -79,8 +79,8 @@ def run_quant_case(spec: dict, device: str = "cpu") -> None:
     """Build the case, run attend_selected_quant(impl='triton') and compare with impl='reference'."""
     from agentctx.kernels.attend_selected import attend_selected_quant
     from agentctx.kernels.kv_quant import QuantPages, quantize_pages
-    from agentctx.kernels.triton_attend import choose_config
     from agentctx.kernels.triton_attend_quant import triton_attend_selected_quant
+    from agentctx.kernels.triton_config import choose_config
 
     spec = dict(spec)
     qdt = _DT[spec.pop("q")]

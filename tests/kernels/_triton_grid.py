@@ -77,7 +77,8 @@ def gpu_cases() -> dict[str, dict]:
 def run_case(spec: dict, device: str = "cpu") -> None:
     """Build the case, run the Triton path and compare with the dense reference; raises on mismatch."""
     from agentctx.kernels import attend_selected
-    from agentctx.kernels.triton_attend import choose_config, triton_attend_selected
+    from agentctx.kernels.triton_attend import triton_attend_selected
+    from agentctx.kernels.triton_config import choose_config
 
     spec = dict(spec)
     dtype = _DT[spec.pop("dtype")]
@@ -97,7 +98,7 @@ def run_case(spec: dict, device: str = "cpu") -> None:
 
     sm_count = ta._sm_count
     if narrow_merge:
-        from agentctx.kernels.triton_attend import _merge_block_d
+        from agentctx.kernels.triton_config import _merge_block_d
 
         ta._sm_count = lambda device: 4096
         assert _merge_block_d(spec["B"] * spec["Tq"] * spec["Hq"], 256, 4096) == 16
