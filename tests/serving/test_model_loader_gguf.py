@@ -14,6 +14,14 @@ from agentctx.serving.model_loader import DEFAULT_MODEL, ModelLoadError, load_mo
 from tests.factories import make_tiny_checkpoint
 
 
+@pytest.fixture(scope="session")
+def embedded_dir():
+    """The embedded model's converted dir in the real cache. Session-scoped, so it resolves before
+    ``cache`` points AGENTCTX_CACHE_DIR at an empty dir (where resolving it would convert the GGUF
+    again: ~65 s of the default suite)."""
+    return ml.resolve_model_dir(None)
+
+
 @pytest.fixture()
 def cache(tmp_path, monkeypatch):
     d = tmp_path / "cache"
@@ -104,12 +112,12 @@ def test_a_subword_tokenizer_passes_the_check():
 # --- tokenizer= : a carried tokenizer in place of the GGUF's (or checkpoint's) own -----------------
 
 
-def test_a_carried_tokenizer_replaces_a_broken_gguf_rebuild(cache, tmp_path, monkeypatch):
+def test_a_carried_tokenizer_replaces_a_broken_gguf_rebuild(embedded_dir, cache, tmp_path, monkeypatch):
     """As on the GPU image: transformers rebuilds the GGUF's tokenizer per character; the tokenizer
     dir given beside the file is used instead, checked, and saved into the converted checkpoint."""
     import transformers
 
-    good_dir = ml.resolve_model_dir(None)  # the embedded model's real tokenizer
+    good_dir = embedded_dir  # the embedded model's real tokenizer
     ckpt = make_tiny_checkpoint("gemma3_text", tmp_path / "tiny")
     model = transformers.AutoModelForCausalLM.from_pretrained(ckpt)
     real_from_pretrained = transformers.AutoTokenizer.from_pretrained
