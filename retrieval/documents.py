@@ -140,20 +140,47 @@ def _from_headers(text: str) -> list[DocumentPart] | None:
 
 def _title_of(text: str, bl, k: int) -> tuple[int, str]:
     """Start offset and name of the document whose opening is block ``k``: the heading blocks
-    just above it (at most ``_TITLE_LOOKBACK``, no more than ``_TITLE_GAP`` apart)."""
+    just above it (at most ``_TITLE_LOOKBACK``, no more than ``_TITLE_GAP`` apart), or block ``k``
+    itself when it is the title line. A title numbered 1 ("1. License Agreement for NVIDIA SDKs")
+    is where the document begins: nothing above it is looked at."""
+    own = " ".join(text[bl[k].start:bl[k].end].split())
+    title_line = bl[k].heading or _is_title(text, bl, k)
     start, at = bl[k].start, bl[k].start
-    names = [" ".join(text[bl[k].start:bl[k].end].split())] if bl[k].heading else []
-    for j in range(k - 1, max(-1, k - 1 - _TITLE_LOOKBACK), -1):
+    names = [own] if title_line else []
+    numbered_one = title_line and re.match(r"1[.)]?\s", own) is not None
+    for j in range(k - 1, -1 if numbered_one else max(-1, k - 1 - _TITLE_LOOKBACK), -1):
         b = bl[j]
-        if not b.heading or at - b.end > _TITLE_GAP or _SIGNATURE.match(text[b.start:b.end]):
+        if numbered_one or not b.heading or at - b.end > _TITLE_GAP or _SIGNATURE.match(text[b.start:b.end]):
             break
         start, at = b.start, b.start
         names.append(" ".join(text[b.start:b.end].split()))
     named = [n for n in reversed(names) if _TITLE_WORDS.search(n)]
     if named:
-        return start, named[0][:120]
-    m = re.search(rf"(?:this|the)\s+((?:[\w&'-]+\s+){{0,8}}?{_INSTRUMENT})\b", text[bl[k].start:bl[k].end], re.I)
+        name = re.sub(r"^1[.)]?\s+", "", named[0])
+        return start, _named_in_text(name, text, bl[k].end)[:120]
+    m = re.search(rf"(?:this|the)\s+((?:[\w&'-]+\s+){{0,8}}?{_INSTRUMENT})\b", own, re.I)
     return start, (m.group(1) if m else "document")[:120]
+
+
+# A title that names no instrument of its own: every Common Paper agreement's terms are headed
+# "Standard Terms", so a case file of four of them would list four documents of one name.
+_GENERIC_TITLE = re.compile(r"^(?:the\s+)?(?:standard|general|common|master)?\s*terms(?:\s+and\s+conditions)?\W*$",
+                            re.I)
+_SELF_NAME = re.compile(rf"\bthis\s+((?:[A-Z][\w&'\u2019-]*\s+){{0,6}}{_INSTRUMENT})\b", re.I)
+_SELF_NAME_WINDOW = 1500
+
+
+def _named_in_text(title: str, text: str, after: int) -> str:
+    """``title``, or for a generic one the name the text gives itself soon after it ("This Mutual
+    Non-Disclosure Agreement (which incorporates these Standard Terms ...)" ->
+    "Mutual Non-Disclosure Agreement (Standard Terms)")."""
+    if not _GENERIC_TITLE.match(title):
+        return title
+    for m in _SELF_NAME.finditer(text, after, after + _SELF_NAME_WINDOW):
+        words = m.group(1).split()
+        if len(words) > 1 and all(w[:1].isupper() for w in words):  # a proper name, not "this agreement"
+            return f"{' '.join(words)} ({title})"
+    return title
 
 
 def _restarts_numbering(text: str, at: int) -> bool:

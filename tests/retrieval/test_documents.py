@@ -119,3 +119,24 @@ def test_plain_text_before_the_first_agreement_is_other_text():
     assert [p.how for p in parts] == ["other", "opening", "opening"]
     assert not parts[0].reviewed and parts[1].reviewed
     assert text[parts[1].start:].startswith("SUPPLY AGREEMENT")
+
+
+def test_documents_are_named_by_their_own_title_not_by_a_generic_heading_or_a_word():
+    """A title numbered "1." is named without its number and begins its document (a menu line of
+    filler above it stays outside); a generic "Standard Terms" title takes the name the text gives
+    itself; both were named "document" and "Standard Terms" before."""
+    nda = (ROOT / ".." / "shared" / "devset" / "contracts" / "mutual_nda.txt")
+    nda_text = nda.read_text() if nda.exists() else (
+        "Standard Terms\n\n1. Introduction. This Mutual Non-Disclosure Agreement (which incorporates these Standard "
+        "Terms) allows each party to disclose information.\n\n2. Use. The Receiving Party shall use it only for "
+        "the Purpose.\n")
+    nvidia = (ROOT / "bench" / "devsets" / "contracts" / "nvidia_cuda_sdk_eula.txt").read_text()
+    filler = "* Toolbox introduction\n\nOpening the software toolbox\n\n" + "The tee command copies input.\n\n" * 60
+    text = filler + nvidia + "\n\n" + filler + nda_text + "\n\n" + filler + SUPPLY
+    parts = [p for p in split_documents(text) if p.reviewed]
+    names = [p.name for p in parts]
+    assert names[0] == "License Agreement for NVIDIA Software Development Kits", names
+    assert text[parts[0].start:].startswith("1. License Agreement for NVIDIA"), text[parts[0].start:][:60]
+    assert names[1] == "Mutual Non-Disclosure Agreement (Standard Terms)", names
+    assert names[2] == "SUPPLY AGREEMENT", names
+    assert "document" not in names
