@@ -189,8 +189,9 @@ def render_html(report: ReviewReport, text: str) -> str:
             parts.append(f"<tr><td><a href='#doc-{d.index}'>{e(d.name)}</a></td><td>{d.clauses_found} of "
                          f"{d.clauses_found + len(d.clauses_not_found)}</td><td>{d.risks}</td></tr>")
         parts.append("</table>")
-        for d in (d for d in report.documents if d.how != "other"):
-            parts.append(f"<section id='doc-{d.index}'><h2>{d.index + 1}. {e(d.name)}</h2>")
+        # Numbered among the reviewed documents: text before the first agreement is not one.
+        for n, d in enumerate((d for d in report.documents if d.how != "other"), 1):
+            parts.append(f"<section id='doc-{d.index}'><h2>{n}. {e(d.name)}</h2>")
             parts += _findings(report, d.index, "h3")
             parts.append("</section>")
     else:

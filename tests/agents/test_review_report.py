@@ -138,3 +138,17 @@ def test_cross_document_notes_count_reviewed_documents_and_skip_placeholder_laws
     notes = cross_document_notes(docs, clauses)
     assert notes == ["the documents are governed by different laws: Oregon (Supply); Vermont (Services)",
                      "liability cap found in 2 of 3 documents; not in: NDA"]
+
+
+def test_case_file_sections_are_numbered_among_the_reviewed_documents():
+    """Text before the first agreement is listed but not reviewed: the first agreement is "1.", not "2."."""
+    from agentctx.pipelines.report import CaseDocument
+
+    doc = ReviewDocument(source="case.txt", context_id="c", num_tokens=1, num_pages=1, page_size=256)
+    docs = [CaseDocument(index=0, name="other text", char_start=0, char_end=10, how="other"),
+            CaseDocument(index=1, name="Supply Agreement", char_start=10, char_end=20, how="opening"),
+            CaseDocument(index=2, name="Mutual NDA", char_start=20, char_end=30, how="opening")]
+    html = render_html(ReviewReport(document=doc, documents=docs), "x" * 30)
+    assert "<section id='doc-1'><h2>1. Supply Agreement</h2>" in html
+    assert "<section id='doc-2'><h2>2. Mutual NDA</h2>" in html
+    assert "href='#doc-1'" in html and "other text (characters 0-10)" in html
