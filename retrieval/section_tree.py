@@ -100,6 +100,17 @@ def _preliminary_at(stack: list[tuple[str, int]], starts: list[dict]) -> int | N
                  and not starts[si]["number"] and _PRELIMINARY.fullmatch(starts[si]["title"].strip())), None)
 
 
+# An unnumbered line that dates or versions the document ("Release Date: July 26, 2018", "Effective
+# date: ...", "Last updated ...", "Version 2.1") is set like a heading but heads nothing: before, the
+# NVIDIA SDK licence's every section sat under its "Release Date".
+_METADATA = re.compile(r"(?:(?:release|effective|revision|publication|issue)\s+date|last\s+(?:updated|modified|revised)"
+                       r"|(?:updated|dated|revised)\b|version\s+[\d.]+|v\d+(?:\.\d+)+\b).{0,60}", re.I)
+
+
+def _metadata(st: dict) -> bool:
+    return st["style"].startswith("head:") and not st["number"] and _METADATA.fullmatch(st["title"].strip()) is not None
+
+
 def _opens_articles(st: dict) -> bool:
     """A part heading ("Article 1", "ARTICLE I") or a first numbered heading ("1. Definitions")."""
     return _part_heading(st) or (st["style"].startswith("num") and bool(st["heading"])
@@ -131,6 +142,8 @@ def _nest(text: str, starts: list[dict]) -> list[Section]:
             ends[j] = at
 
     for i, st in enumerate(starts):
+        if stack and _metadata(starts[stack[-1][1]]):
+            close_to(len(stack) - 1, st["start"])  # a date or version line holds nothing after it
         k = key(st)
         style = st["style"]
         # "i", "v", "x" after "h", "u", "w": a letter, not a roman numeral.

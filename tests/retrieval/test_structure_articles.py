@@ -143,3 +143,17 @@ def test_a_titled_part_still_holds_its_articles(articles):
     st = parse_structure(_with_part("Terms of Use", *articles))
     part, *arts = st.sections
     assert part.title == "Terms of Use" and [a.parent for a in arts] == [0, 0]
+
+
+@pytest.mark.parametrize("line", ["Release Date: July 26, 2018", "Effective date: March 27, 2018",
+                                  "Last updated May 2024", "Version 2.1"])
+def test_a_date_or_version_line_heads_no_section(line):
+    """Set like a heading under the title, a date or version line holds nothing after it: before, the
+    NVIDIA SDK licence's every section was a child of its "Release Date"."""
+    text = ("1. Example Software Licence\n-----------------------------\n\n"
+            f"{line}\n-------------------------\n\n{_BODY}1.1. Licence\n\n{_BODY}1.2. Limitations\n\n{_BODY}")
+    st = parse_structure(text)
+    meta = next(s for s in st.sections if s.title == line)
+    subs = [s for s in st.sections if s.number in ("1.1", "1.2")]
+    assert len(subs) == 2 and all(s.parent != meta.index for s in subs), [(s.name, s.parent) for s in st.sections]
+    assert meta.end <= subs[0].start
