@@ -221,6 +221,9 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         strong=_weighted(
             r"\bassign(?:ed|able|ment)?\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b",
             r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+\s+){0,3}(?:assign|transfer)\b",
+            # "shall not have the right or ability to assign", "will not be entitled to transfer"
+            r"\b(?:(?:may|shall|will|must|can)\s*not\s+(?:have|be\s+(?:entitled|permitted|allowed))|has\s+no|"
+            r"shall\s+have\s+no)\b[^.;]{0,40}\bto\s+(?:\w+,?\s+(?:or\s+)?){0,2}(?:assign|transfer)\b",
             # "may not sell, assign or delegate any rights": a list of verbs, then what is assigned
             r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+,\s+){1,3}(?:\w+\s+)?(?:assign|transfer)\b"
             r"[^.;]{0,60}\b(?:agreement|rights?|obligations?|licen[cs]es?)\b",
@@ -234,7 +237,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         ),
         weak=_rx(r"\bassign(?:s|ed|ment)?\b", r"\bsuccessors?\b", r"\btransfer\b"),
         negative=_rx(r"\bhereby\s+assigns?\b", r"\bright,\s+title\b", r"\bpersonal\s+data\b", r"\bkey\s+personnel\b",
-                     r"\bsubcontract"),
+                     # subcontracting alone is not assignment; "assign, transfer, or subcontract" is
+                     r"^(?!.*\bassign).*\bsubcontract"),
         title_negative=_rx(r"\bdata\b", r"\bpersonnel\b"),
     ),
 ]}
@@ -260,6 +264,8 @@ def title_matches(kind: str, title: str) -> bool:
 # technical material beside its agreements they are not clauses.
 _LEGAL_VOICE = re.compile(r"\b(?:agreement|contract|licen[cs]e[ed]?s?|licensor|licensee|part(?:y|ies)|customer|"
                           r"client|vendor|supplier|provider|recipient|discloser|company|you|your|user|buyer|seller|"
+                          r"consultant|contractor|employee|employer|purchaser|subscriber|lessor|lessee|landlord|tenant|"
+                          r"borrower|lender|guarantor|proprietary\s+information|in\s+confidence|"
                           r"shall|hereby|hereunder|herein|hereof|thereof|pursuant|terms|order\s+form|statement\s+of\s+work|"
                           r"liab(?:le|ility)|damages|indemn\w*|warrant\w*|invoices?|fees?|royalt\w*|"
                           r"confidential\w*|governed|jurisdiction|assign\w*)\b", re.I)

@@ -54,3 +54,31 @@ def test_the_hold_in_strictest_confidence_duty_is_cited_not_its_supplement():
             "disclose it to any third party. Without limiting the foregoing, the Advisor shall not use or "
             "disclose the Client's know-how to design similar products for others.\n")
     assert _best(text, "confidentiality").startswith("During the engagement and after it, the Advisor will hold")
+
+
+def test_no_right_to_assign_or_subcontract_without_consent_is_the_restriction():
+    """A restriction worded as a missing right, with "subcontract" among its verbs, is the assignment clause,
+    not the other side's permission after it (before, "subcontract" counted against it as a look-alike)."""
+    text = ("Assignment\n\n"
+            "The engagement is personal to the Adviser, and the Adviser shall not have the right to assign, "
+            "transfer, or subcontract any duties under this arrangement without the written consent of the Firm. "
+            "The Firm may assign its rights under this arrangement in whole or in part.\n")
+    assert _best(text, "assignment").startswith("The engagement is personal to the Adviser")
+
+
+def test_subcontracting_alone_is_no_assignment_clause():
+    text = ("7. Personnel\n\n"
+            "The Adviser may subcontract the design work to a studio of its choice without the Firm's consent.\n")
+    assert not draw_candidates(parse_structure(text), "assignment").found
+
+
+def test_a_consultants_duty_to_hold_proprietary_information_in_confidence_is_found():
+    """No word of the old contract-voice list ("Consultant", "Proprietary Information") and a heading without
+    "confidential": the sentence was zeroed as technical text and the kind reported absent."""
+    text = ("Services and Fees\n\n"
+            "The Adviser will deliver the Services described in the schedule.\n\n"
+            "Ownership; Proprietary Information\n\n"
+            "All designs made during the engagement belong to the Firm. "
+            "Consultant will hold in confidence and not disclose or use any Proprietary Information, except to "
+            "perform the Services.\n")
+    assert _best(text, "confidentiality").startswith("Consultant will hold in confidence")
