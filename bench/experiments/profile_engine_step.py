@@ -28,11 +28,13 @@ def main() -> None:
     ap.add_argument("--budget", default="0.12")
     ap.add_argument("--peer", default="union")
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--kv-dtype", default="bf16", help="bf16 | fp8_e4m3 | int8 (bench_scheduler's --kv-dtype)")
     args = ap.parse_args()
     from bench.bench_scheduler import Bench
 
     b = Bench(argparse.Namespace(model=args.model, page_size=256, agents=[args.agents], prompt_tokens=24,
-                                 new_tokens=args.new_tokens, tokens=args.tokens, recent_tokens=1024, plans=None))
+                                 new_tokens=args.new_tokens, tokens=args.tokens, recent_tokens=1024, plans=None,
+                                 kv_dtype=args.kv_dtype, doc_kv="auto"))
     try:
         b.agents(args.agents, args.budget, args.peer, seed=1)  # warm
         ls = b.loop.stats
