@@ -154,13 +154,23 @@ def _title_of(text: str, bl, k: int) -> tuple[int, str]:
             break
         start, at = b.start, b.start
         names.append(" ".join(text[b.start:b.end].split()))
-    named = [n for n in reversed(names) if _TITLE_WORDS.search(n)]
+    in_order = names[::-1]
+    named = [n for n in in_order if _TITLE_WORDS.search(n)]
     if named:
         name = re.sub(r"^1[.)]?\s+", "", named[0])
+        above = in_order[:in_order.index(named[0])]
+        if above and _ORGANISATION.search(above[-1]) and not _TITLE_WORDS.search(above[-1]):
+            # "GUROBI OPTIMIZATION, LLC" over "END-USER LICENSE AGREEMENT": whose agreement it is, so
+            # that several end-user licences of one case file are told apart.
+            name = f"{above[-1].rstrip(' ,.')} {name}"
         return start, _named_in_text(name, text, bl[k].end)[:120]
     m = re.search(rf"(?:this|the)\s+((?:[\w&'-]+\s+){{0,8}}?{_INSTRUMENT})\b", own, re.I)
     return start, (m.group(1) if m else "document")[:120]
 
+
+# A line that names an organisation: a heading of it above a title says whose agreement it is.
+_ORGANISATION = re.compile(r"^[^\n]{2,60}?,?\s+(?:Inc|LLC|L\.L\.C|Ltd|Limited|GmbH|AG|S\.A|B\.V|PLC|Corp|Corporation|"
+                           r"Co|LLP|SE|SAS)\.?$", re.I)
 
 # A title that names no instrument of its own: every Common Paper agreement's terms are headed
 # "Standard Terms", so a case file of four of them would list four documents of one name.

@@ -132,9 +132,12 @@ def test_documents_are_named_by_their_own_title_not_by_a_generic_heading_or_a_wo
         "the Purpose.\n")
     nvidia = (ROOT / "bench" / "devsets" / "contracts" / "nvidia_cuda_sdk_eula.txt").read_text()
     filler = "* Toolbox introduction\n\nOpening the software toolbox\n\n" + "The tee command copies input.\n\n" * 60
-    text = filler + nvidia + "\n\n" + filler + nda_text + "\n\n" + filler + SUPPLY
+    gurobi = (ROOT / "bench" / "devsets" / "contracts" / "gurobi_eval_eula.txt").read_text()
+    text = filler + nvidia + "\n\n" + filler + nda_text + "\n\n" + filler + SUPPLY + "\n\n" + filler + gurobi
     parts = [p for p in split_documents(text) if p.reviewed]
     names = [p.name for p in parts]
+    # whose end-user licence it is: the organisation's line above the title
+    assert names[3] == "GUROBI OPTIMIZATION, LLC END-USER LICENSE AGREEMENT", names
     assert names[0] == "License Agreement for NVIDIA Software Development Kits", names
     assert text[parts[0].start:].startswith("1. License Agreement for NVIDIA"), text[parts[0].start:][:60]
     assert names[1] == "Mutual Non-Disclosure Agreement (Standard Terms)", names
