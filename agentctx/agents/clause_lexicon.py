@@ -91,6 +91,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\b(?:expires?|expiry)\s+(?:at|on|after|upon)\b",
             r"\brenew(?:s|ed)?\s+automatically\b|\bautomatically\s+renew",
             r"\bnever\s+expires?\b",
+            # "shall continue to bind you for so long as you make use of the Service"
+            r"\bcontinues?\s+to\s+(?:bind|apply|be\s+binding)\b[^.;]{0,80}\b(?:(?:so|as)\s+long\s+as|until)\b",
         ),
         weak=_rx(r"\bexpir(?:e|es|y|ation)\b", r"\beffective\s+date\b", r"\bperpetual\b", r"\bone\s+year\b"),
         negative=_rx(r"\bsurviv", r"\bterms?\s+of\s+(?:payment|use)\b", r"\bpayment\s+terms?\b"),
@@ -134,8 +136,11 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\b(?:is|be|are)\s+(?:\w+\s+)?terminated\b",
             # "has the right to suspend or terminate your account": a service's terms end the user's account
             r"\bright\s+to\s+(?:\w+\s+(?:or|and/or)\s+)?terminate\b",
-            r"\bterminate\s+(?:this|the)\s+(?:agreement|licen[cs]e|mnda)\b",
+            r"\bterminate\s+(?:this|these|the)\s+(?:agreement|licen[cs]e|mnda|contract|(?:use\s+)?terms)\b",
             r"\btermination\s+(?:for|of\s+(?:this|the)\s+(?:agreement|licen[cs]e))\b",
+            # "shall be entitled to summarily terminate", "entitled ... to: cancel these Use Terms"
+            r"\b(?:entitled|permitted)\s+to\s+(?:\w+\s+)?(?:terminate|cancel)\b",
+            r"\bcancel\s+(?:this|these|the)\s+(?:agreement|licen[cs]e|contract|(?:use\s+)?terms)\b",
         ),
         weak=_rx(r"\bupon\s+termination\b", r"\btermination\b", r"\bmaterial\s+breach\b"),
         negative=_rx(r"\bsurviv", r"\bforce\s+majeure\b", r"\binstallation\s+process\b",
@@ -147,12 +152,15 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         title=_rx(r"\bliabilit(?:y|ies)\b", r"\bdamages\b"),
         strong=_weighted(
             r"\b(?:shall|will|is|are|be)\s+not\s+(?:be\s+)?liable\b",
-            r"\bnot\s+be\s+(?:held\s+)?liable\b",
+            # "will not be held liable"; "shall not be liable" is the pattern above, counted once
+            r"(?<!shall\s)(?<!will\s)\bnot\s+be\s+(?:held\s+)?liable\b|\bnot\s+be\s+held\s+liable\b",
             r"\bneither\b[^.;]{0,100}\b(?:will|shall|is|are)\s+(?:be\s+)?(?:held\s+)?liable\b",
             r"\bin\s+no\s+event\b[^.]{0,300}\bliab",
             r"\bunder\s+no\s+circumstances\b[^.]{0,300}\bliab",
             r"\b(?:total|aggregate|entire|maximum|cumulative)\s+(?:\w+\s+){0,3}liability\b",
             r"\bliability\b[^.;]{0,80}\b(?:shall|will|does|is|not\s+to)\s+not\s+exceed\b|\bnot\s+exceed\b",
+            # "our liability to you ... shall furthermore be limited to the total amount of the fees you paid"
+            r"\bliability\b[^.;]{0,80}\b(?:is|are|shall|will)\s+(?:\w+\s+){0,2}limited\s+to\b",
             r"\bcapped\s+at\b|\bliability\s+cap\b|\bthe\s+cap\s+(?:equals|is)\b",
             r"\b(?:indirect|incidental|special|consequential|exemplary|punitive)\b[^.]{0,80}\bdamages\b",
             r"\blimitation\s+of\s+liability\b",

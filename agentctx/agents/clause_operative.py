@@ -110,7 +110,8 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\bterminates?\s+automatically\b",
             r"\bright\s+to\s+(?:\w+\s+(?:or|and/or)\s+)?terminate\b",  # "the right to suspend or terminate"
             r"\bterminat\w*\b[^.;]{0,120}\b(?:material(?:ly)?\s+breach|breach(?:es)?\s+(?:of\s+)?(?:this|the|any)|"
-            r"fails?\s+to\s+comply|insolven|bankrupt|for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|"
+            r"fails?\s+to\s+comply|insolven|bankrupt|liquidation|judicial\s+management|winding[\s-]up|receivership|"
+            r"compromise\s+with\s+(?:its\s+)?creditors|for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|"
             r"without\s+cause)",
         ),
         related=_rx(

@@ -82,3 +82,33 @@ def test_a_consultants_duty_to_hold_proprietary_information_in_confidence_is_fou
             "Consultant will hold in confidence and not disclose or use any Proprietary Information, except to "
             "perform the Services.\n")
     assert _best(text, "confidentiality").startswith("Consultant will hold in confidence")
+
+
+def test_terms_that_bind_for_as_long_as_the_service_is_used_state_the_term():
+    text = ("## Duration\n\n"
+            "These Conditions shall continue to bind the Member for so long as the Member uses the Platform.\n\n"
+            "### Consequences of ending\n\nThe fees clause survives the end of these Conditions.\n")
+    assert _best(text, "term").startswith("These Conditions shall continue to bind")
+
+
+def test_a_right_to_cancel_or_summarily_terminate_on_liquidation_is_termination():
+    """Drafting of the South African and English tradition: "cancel these Terms", "entitled to summarily
+    terminate ... liquidation", where the rules knew only "may terminate" and "insolvent"."""
+    text = ("## Breach\n\n"
+            "Should a Party fail to remedy a breach within 14 days of written notice, the other Party shall be "
+            "entitled to cancel these Terms and claim damages.\n\n"
+            "Either Party shall be entitled to summarily terminate these Terms in the event of the other Party "
+            "being placed in liquidation.\n")
+    best = _best(text, "termination")
+    assert best.startswith(("Should a Party fail", "Either Party shall be entitled")), best
+
+
+def test_liability_limited_to_the_fees_paid_is_the_cap_not_an_exclusion_for_outages():
+    text = ("## Liability\n\n"
+            "### Limits\n\n"
+            "Our liability to the Member under these Conditions shall furthermore be limited to the total amount "
+            "of the fees the Member paid in the prior year.\n\n"
+            "### Outages\n\n"
+            "Save as set out in the Service Levels, we shall not be liable for any Losses caused by planned "
+            "outages of the Platform.\n")
+    assert _best(text, "liability_cap").startswith("Our liability to the Member")
