@@ -148,9 +148,10 @@ def _title_of(text: str, bl, k: int) -> tuple[int, str]:
     start, at = bl[k].start, bl[k].start
     names = [own] if title_line else []
     numbered_one = title_line and re.match(r"1[.)]?\s", own) is not None
-    for j in range(k - 1, -1 if numbered_one else max(-1, k - 1 - _TITLE_LOOKBACK), -1):
+    lookback = 0 if numbered_one else _TITLE_LOOKBACK
+    for j in range(k - 1, max(-1, k - 1 - lookback), -1):
         b = bl[j]
-        if numbered_one or not b.heading or at - b.end > _TITLE_GAP or _SIGNATURE.match(text[b.start:b.end]):
+        if not b.heading or at - b.end > _TITLE_GAP or _SIGNATURE.match(text[b.start:b.end]):
             break
         start, at = b.start, b.start
         names.append(" ".join(text[b.start:b.end].split()))
@@ -158,8 +159,8 @@ def _title_of(text: str, bl, k: int) -> tuple[int, str]:
     named = [n for n in in_order if _TITLE_WORDS.search(n)]
     if named:
         name = re.sub(r"^1[.)]?\s+", "", named[0])
-        above = in_order[:in_order.index(named[0])]
-        if above and _ORGANISATION.search(above[-1]) and not _TITLE_WORDS.search(above[-1]):
+        above = in_order[:in_order.index(named[0])]  # heading lines above the title, none naming an instrument
+        if above and _ORGANISATION.search(above[-1]):
             # "GUROBI OPTIMIZATION, LLC" over "END-USER LICENSE AGREEMENT": whose agreement it is, so
             # that several end-user licences of one case file are told apart.
             name = f"{above[-1].rstrip(' ,.')} {name}"

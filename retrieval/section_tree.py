@@ -94,10 +94,14 @@ def _part_heading(st: dict) -> bool:
 _PRELIMINARY = re.compile(r"(?:preamble|recitals?|background|introduction|notice|whereas)[\s:.]*", re.I)
 
 
+def _unnumbered_heading(st: dict, title: re.Pattern) -> bool:
+    """An unnumbered heading whose whole title matches ``title``."""
+    return st["style"].startswith("head:") and not st["number"] and title.fullmatch(st["title"].strip()) is not None
+
+
 def _preliminary_at(stack: list[tuple[str, int]], starts: list[dict]) -> int | None:
     """The depth of an open unnumbered preliminary heading ("Preamble", "RECITALS")."""
-    return next((d for d, (_, si) in enumerate(stack) if starts[si]["style"].startswith("head:")
-                 and not starts[si]["number"] and _PRELIMINARY.fullmatch(starts[si]["title"].strip())), None)
+    return next((d for d, (_, si) in enumerate(stack) if _unnumbered_heading(starts[si], _PRELIMINARY)), None)
 
 
 # An unnumbered line that dates or versions the document ("Release Date: July 26, 2018", "Effective
@@ -108,7 +112,7 @@ _METADATA = re.compile(r"(?:(?:release|effective|revision|publication|issue)\s+d
 
 
 def _metadata(st: dict) -> bool:
-    return st["style"].startswith("head:") and not st["number"] and _METADATA.fullmatch(st["title"].strip()) is not None
+    return _unnumbered_heading(st, _METADATA)
 
 
 def _opens_articles(st: dict) -> bool:

@@ -194,11 +194,13 @@ def evaluate(args) -> int:
     budgets = ["0.05", "0.12"]
     rows = []
     mismatched = 0
+    signals = args.signals.split(",")
+    base_of = {sig: baselines(recs, sig) if args.relative else {} for sig in signals}  # once per signal
     for variant in variants:
-        for signal in args.signals.split(","):
-            if variant == "retrieval" and signal != args.signals.split(",")[0]:
+        for signal in signals:
+            if variant == "retrieval" and signal != signals[0]:
                 continue
-            base = baselines(recs, signal) if args.relative else {}
+            base = base_of[signal]
             hits: dict[tuple, list[bool]] = {}
             for rec in recs:
                 ranked = rankings(rec, variant, signal, args.layers, base.get(rec["doc"]))
