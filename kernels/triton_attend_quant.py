@@ -25,7 +25,7 @@ from torch import Tensor
 from .kv_quant import QuantPages
 from .triton_attend import INTERPRET, _merge, _outputs, _plan_launch
 from .triton_config import TritonConfig
-from .triton_dequant import SCALE_MODE, pv_dequant, scale_strides, scores_dequant
+from .triton_dequant import SCALE_MODE, dot_f16, pv_dequant, scale_strides, scores_dequant
 
 __all__ = ["triton_attend_selected_quant", "SCALE_MODE"]
 
@@ -49,7 +49,7 @@ def _attend_quant_pages_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_PER_PAGE: tl.constexpr,
     K_MODE: tl.constexpr, V_MODE: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, DIRECT_OUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    UPCAST_DOT: tl.constexpr,
+    UPCAST_DOT: tl.constexpr, DOT_F16: tl.constexpr,
 ):
     """Grid (num_splits, B * HKV, m_tiles), as ``_attend_pages_kernel``; K_MODE/V_MODE: SCALE_MODE."""
     split = tl.program_id(0)
@@ -70,6 +70,8 @@ def _attend_quant_pages_kernel(
     q = tl.load(q_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
     if UPCAST_DOT:
         q = q.to(tl.float32)
+    if DOT_F16:  # see kernels.triton_dequant.dot_f16
+        q = q.to(tl.float16)
 
     nb = tl.load(NB + b)
     c_start = split * chunks_per_split
@@ -170,6 +172,7 @@ def triton_attend_selected_quant(
         USE_SOFTCAP=use_softcap, DIRECT_OUT=direct,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
+        DOT_F16=dot_f16(q, SCALE_MODE[k_pages.granularity], SCALE_MODE[v_pages.granularity]),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if not direct:

@@ -22,16 +22,32 @@ token never meets a zero tile (0 * NaN is NaN). Scale strides are 0 on broadcast
 
 from __future__ import annotations
 
+import os
+
+import torch
 import triton
 import triton.language as tl
 
 from .kv_quant import GRANULARITIES, QuantPages
+from .triton_attend import INTERPRET
 
-__all__ = ["SCALE_MODE", "FLOAT_MODE", "scale_strides", "scale_mode", "scores_dequant", "pv_dequant"]
+__all__ = ["SCALE_MODE", "FLOAT_MODE", "dot_f16", "scale_strides", "scale_mode", "scores_dequant", "pv_dequant"]
 
 # constexpr codes of the granularities in the kernels; 0 = float pages
 FLOAT_MODE = 0
 SCALE_MODE = {g: i + 1 for i, g in enumerate(GRANULARITIES)}  # page_head 1, token_head 2, channel 3
+
+
+def dot_f16(q: torch.Tensor, k_mode: int, v_mode: int) -> bool:
+    """Whether a kernel over quantised pages runs its dots in fp16 (the query cast once, the fp8/int8
+    tiles and ``p`` following it) instead of bf16. Triton converts e4m3 to fp16 in one instruction but
+    to bf16 through fp32, which made the fp8 union kernel slower than bf16 pages on an H100
+    (BENCHMARKS §3b). fp16 keeps 3 more mantissa bits than bf16 and every e4m3 / int8 value exactly;
+    its range (65,504) is far above an attention query's (normed, O(10)). Off for float pages, in the
+    interpreter (whose fp32 upcast stays) and with ``AGENTCTX_QUANT_DOT_F16=0`` (the A/B switch of
+    the benchmarks)."""
+    return (bool(k_mode or v_mode) and q.dtype == torch.bfloat16 and not INTERPRET
+            and os.environ.get("AGENTCTX_QUANT_DOT_F16", "1") != "0")
 
 
 def scale_strides(pages: QuantPages) -> tuple[int, int, int, int]:

@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without triton
 from .kv_quant import QuantPages
 from .triton_attend import INTERPRET, _merge_splits_kernel
 from .triton_config import _merge_block_d, _next_pow2, _sm_count
-from .triton_dequant import pv_dequant, scale_mode, scale_strides, scores_dequant
+from .triton_dequant import dot_f16, pv_dequant, scale_mode, scale_strides, scores_dequant
 
 __all__ = ["triton_attend_union", "union_splits"]
 
@@ -50,7 +50,7 @@ def _union_kernel(
     HQ: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, P: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_PER_PAGE: tl.constexpr,
     K_MODE: tl.constexpr, V_MODE: tl.constexpr,
-    USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, DOT_F16: tl.constexpr,
 ):
     split = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -66,6 +66,8 @@ def _union_kernel(
                 mask=row_mask[:, None] & d_mask[None, :], other=0.0)
     if UPCAST_DOT:
         q = q.to(tl.float32)
+    if DOT_F16:  # see kernels.triton_dequant.dot_f16
+        q = q.to(tl.float16)
     r64 = r.to(tl.int64)
 
     total = tl.load(ULEN) * CHUNKS_PER_PAGE
@@ -190,7 +192,7 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
         HQ=hq, GROUP=group, D=d, BLOCK_D=block_d, P=p, BLOCK_M=block_m, BLOCK_N=block_n,
         CHUNKS_PER_PAGE=-(-p // block_n), K_MODE=k_mode, V_MODE=v_mode,
         USE_SOFTCAP=use_softcap, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
+        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16, DOT_F16=dot_f16(q, k_mode, v_mode),
         num_warps=num_warps, num_stages=num_stages,
     )
     block_dr = _merge_block_d(r * hq, block_d, _sm_count(q.device))

@@ -25,7 +25,11 @@ case "$part" in
     for dt in bf16 fp8_e4m3; do
       timeout 130 python3 $b --model llama3-8b-random --tokens 131072 --agents 16 --budgets 0.12,dense \
         --peers union --new-tokens 32 --kv-dtype $dt --doc-kv random --out "$out/llama_128k_$dt.json" 2>&1 | tail -8 | tee "$out/llama_128k_$dt.log"
-    done ;;
+    done
+    # fp8 with its dots in bf16 (kernels.triton_dequant.dot_f16 off): the A/B of the fp16 dot
+    AGENTCTX_QUANT_DOT_F16=0 timeout 130 python3 $b --model llama3-8b-random --tokens 131072 --agents 16 --budgets 0.12 \
+      --peers union --new-tokens 32 --kv-dtype fp8_e4m3 --doc-kv random --out "$out/llama_128k_fp8_bf16dot.json" 2>&1 \
+      | tail -8 | tee "$out/llama_128k_fp8_bf16dot.log" ;;
   b)
     for dt in bf16 fp8_e4m3; do
       timeout 170 python3 $b --model gemma3-270m-random --tokens 1048576 --agents 16 --budgets 0.12 \

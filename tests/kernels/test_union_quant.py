@@ -93,3 +93,38 @@ def interpreter_results() -> dict[str, str]:
 def test_union_kernel_on_quantised_pages_in_the_interpreter(interpreter_results, name):
     result = interpreter_results.get(name, "missing from runner output")
     assert result == "ok", result
+
+
+# The sm_90 compile of the union kernel over fp8 pages, both dot dtypes (kernels.triton_dequant.dot_f16):
+# with DOT_F16 the tiles reach the dots as fp16 (e4m3 -> f16 is one conversion), without it as bf16.
+@pytest.mark.skipif(not _HAS_TRITON, reason="triton is not installed")
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"), reason="interpreted in this process")
+@pytest.mark.parametrize("dot_f16", [True, False])
+def test_union_kernel_on_fp8_compiles_for_sm90(dot_f16):
+    import re
+
+    from agentctx.kernels import triton_union as tu
+    from agentctx.kernels.kv_quant import DEFAULT_GRANULARITY
+    from agentctx.kernels.triton_dequant import SCALE_MODE
+
+    from .test_triton_compile import _compile, _ptxas_report
+
+    hq, hkv, d, p, rows = 32, 8, 128, 256, 16  # Llama-3-8B heads (Gemma's 256-wide head spills 16 bytes in fp16)
+    block_m, _ = tu._tiles(rows * hq // hkv)
+    block_n = tu._block_n(d, block_m, p)
+    qd = torch.float8_e4m3fn
+    consts = dict(HQ=hq, GROUP=hq // hkv, D=d, BLOCK_D=d, P=p, BLOCK_M=block_m, BLOCK_N=block_n,
+                  CHUNKS_PER_PAGE=-(-p // block_n), K_MODE=SCALE_MODE[DEFAULT_GRANULARITY[(qd, "k")]],
+                  V_MODE=SCALE_MODE[DEFAULT_GRANULARITY[(qd, "v")]], USE_SOFTCAP=False,
+                  DOT_PRECISION="tf32", UPCAST_DOT=False, DOT_F16=dot_f16)
+    types = {n: "i32" for n in tu._union_kernel.arg_names}
+    types.update(Q="*bf16", K="*fp8e4nv", V="*fp8e4nv", KS="*fp32", VS="*fp32", UNION="*i32", ULEN="*i32",
+                 BITS="*i64", SL="*i32", OP="*fp32", LSEP="*fp32", qk_scale="fp32", softcap="fp32")
+    kernel = _compile(tu._union_kernel, types, consts, 4, 3)
+    dots = re.findall(r"tt\.dot[^\n]*", kernel.asm["ttgir"]) + re.findall(r"warp_group_dot[^\n]*", kernel.asm["ttgir"])
+    want = "f16" if dot_f16 else "bf16"
+    assert dots and all("xf8E4M3FN" not in line for line in dots), dots
+    assert any(f"x{want}" in line for line in dots), dots
+    report = _ptxas_report(kernel.asm["ptx"])
+    if report is not None:
+        assert "0 bytes spill stores" in report, report
