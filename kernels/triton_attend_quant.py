@@ -172,7 +172,7 @@ def triton_attend_selected_quant(
         USE_SOFTCAP=use_softcap, DIRECT_OUT=direct,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
-        DOT_F16=dot_f16(q, SCALE_MODE[k_pages.granularity], SCALE_MODE[v_pages.granularity]),
+        DOT_F16=dot_f16(q, k_pages),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if not direct:

@@ -38,15 +38,17 @@ FLOAT_MODE = 0
 SCALE_MODE = {g: i + 1 for i, g in enumerate(GRANULARITIES)}  # page_head 1, token_head 2, channel 3
 
 
-def dot_f16(q: torch.Tensor, k_mode: int, v_mode: int) -> bool:
-    """Whether a kernel over quantised pages runs its dots in fp16 (the query cast once, the fp8/int8
-    tiles and ``p`` following it) instead of bf16. Triton converts e4m3 to fp16 in one instruction but
-    to bf16 through fp32, which made the fp8 union kernel slower than bf16 pages on an H100
-    (BENCHMARKS §3b). fp16 keeps 3 more mantissa bits than bf16 and every e4m3 / int8 value exactly;
-    its range (65,504) is far above an attention query's (normed, O(10)). Off for float pages, in the
-    interpreter (whose fp32 upcast stays) and with ``AGENTCTX_QUANT_DOT_F16=0`` (the A/B switch of
-    the benchmarks)."""
-    return (bool(k_mode or v_mode) and q.dtype == torch.bfloat16 and not INTERPRET
+def dot_f16(q: torch.Tensor, pages) -> bool:
+    """Whether a kernel over fp8 pages runs its dots in fp16 (the query cast once, the e4m3 tiles and
+    ``p`` following it) instead of bf16. e4m3 converts to fp16 two values per instruction, and to
+    bf16 only through a second, per-value conversion: the fp8 union kernel ran slower than on bf16
+    pages on an H100 (BENCHMARKS §3b). fp16 holds every e4m3 value exactly and 3 more mantissa bits
+    than bf16; its range (65,504) is far above an attention query's (normed, O(10)). Not for int8
+    pages, whose conversion to bf16 is the cheap one (their sm_90 code has 3x the conversions in
+    fp16), float pages, the interpreter (whose fp32 upcast stays), or ``AGENTCTX_QUANT_DOT_F16=0``
+    (the A/B switch of the benchmarks)."""
+    return (isinstance(pages, QuantPages) and pages.data.dtype == torch.float8_e4m3fn
+            and q.dtype == torch.bfloat16 and not INTERPRET
             and os.environ.get("AGENTCTX_QUANT_DOT_F16", "1") != "0")
 
 

@@ -192,7 +192,7 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
         HQ=hq, GROUP=group, D=d, BLOCK_D=block_d, P=p, BLOCK_M=block_m, BLOCK_N=block_n,
         CHUNKS_PER_PAGE=-(-p // block_n), K_MODE=k_mode, V_MODE=v_mode,
         USE_SOFTCAP=use_softcap, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16, DOT_F16=dot_f16(q, k_mode, v_mode),
+        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16, DOT_F16=dot_f16(q, k_pages),
         num_warps=num_warps, num_stages=num_stages,
     )
     block_dr = _merge_block_d(r * hq, block_d, _sm_count(q.device))

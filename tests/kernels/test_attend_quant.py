@@ -251,7 +251,7 @@ def test_quant_kernel_compiles_for_sm90(shape):
                   BLOCK_N=cfg.block_n, CHUNKS_PER_PAGE=-(-P // cfg.block_n), USE_SOFTCAP=False,
                   K_MODE=tq.SCALE_MODE[DEFAULT_GRANULARITY[(qd, "k")]],
                   V_MODE=tq.SCALE_MODE[DEFAULT_GRANULARITY[(qd, "v")]],
-                  DIRECT_OUT=False, DOT_PRECISION="tf32", UPCAST_DOT=False, DOT_F16=True)
+                  DIRECT_OUT=False, DOT_PRECISION="tf32", UPCAST_DOT=False, DOT_F16=kv == "fp8e4nv")
     types = {n: "i32" for n in tq._attend_quant_pages_kernel.arg_names}
     types.update(Q="*bf16", K=f"*{kv}", V=f"*{kv}", KS="*fp32", VS="*fp32", O="*bf16", BT="*i32", NB="*i32",
                  SL="*i32", LSE="*fp32", OP="*fp32", LSEP="*fp32", qk_scale="fp32", softcap="fp32")

@@ -128,3 +128,19 @@ def test_union_kernel_on_fp8_compiles_for_sm90(dot_f16):
     report = _ptxas_report(kernel.asm["ptx"])
     if report is not None:
         assert "0 bytes spill stores" in report, report
+
+
+@pytest.mark.skipif(not _HAS_TRITON, reason="triton is not installed")
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"), reason="interpreted in this process")
+def test_fp16_dots_only_for_fp8_pages_and_a_bf16_query(monkeypatch):
+    from agentctx.kernels.triton_dequant import dot_f16
+
+    k = torch.randn(2, 16, 1, 32)
+    fp8, int8 = quantize_pages(k, "fp8"), quantize_pages(k, "int8")
+    q = torch.randn(3, 4, 32, dtype=torch.bfloat16)
+    assert dot_f16(q, fp8)
+    assert not dot_f16(q, int8)  # int8 -> bf16 is the cheap conversion
+    assert not dot_f16(q, k.bfloat16())  # float pages keep their dtype's dots
+    assert not dot_f16(q.float(), fp8)  # an fp32 query keeps fp32 dots
+    monkeypatch.setenv("AGENTCTX_QUANT_DOT_F16", "0")
+    assert not dot_f16(q, fp8)
