@@ -122,7 +122,7 @@ def run_clients(url: str, cid: str, clients: int, per_client: int, dense: bool =
             "server_p50": pct(server_total, 0.5), "pages": pages}
 
 
-def phase_http(text: str, per_client: int, concurrency: list[int]) -> dict:
+def phase_http(text: str, per_client: int, concurrency: list[int], decode_batch: int | None = None) -> dict:
     import ray
 
     from agentctx.config import AgentctxConfig
@@ -133,6 +133,7 @@ def phase_http(text: str, per_client: int, concurrency: list[int]) -> dict:
         "store": {"redis_url": redis_url or "", "namespace": "bench-http"},
         # Serve's per-replica limit stays the default (2 x the engine's decode rows), as users get it.
         "serve": {"port": free_port(), "api_keys": {KEY: "bench"}, "max_queued_requests": 128},
+        **({"model": {"decode_batch": decode_batch}} if decode_batch else {}),
     })
     out: dict = {"redis": bool(redis_url)}
     load0 = os.getloadavg()[0]
@@ -192,6 +193,13 @@ def phase_local(text: str, plans: list[list[int]], n: int) -> dict:
     return {"planned_p50": pct(planned, 0.5), "dense_p50": pct(dense, 0.5), "n": n}
 
 
+def _cpu_dtype() -> str:
+    """The replica's compute dtype on this CPU (the same rule and environment as the replica)."""
+    from agentctx.serving.compute_dtype import default_dtype
+
+    return str(default_dtype("cpu")).replace("torch.", "")
+
+
 def write_md(path: Path, http: dict, local: dict, cmd: str, seconds: float) -> str:
     up = http["upload"]
     lines = [
@@ -200,7 +208,7 @@ def write_md(path: Path, http: dict, local: dict, cmd: str, seconds: float) -> s
         f"Command (repo root): `{cmd}`",
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, no GPU; "
-        f"Python {platform.python_version()}; model `{http['model_id']}` (fp32 on CPU); "
+        f"Python {platform.python_version()}; model `{http['model_id']}` ({_cpu_dtype()} on CPU); "
         f"KV directory: {'Redis (local redis-server)' if http['redis'] else 'in-process (store actor)'}; "
         f"one model replica (Serve `max_ongoing_requests` at its default, 2 x the decode rows).",
         "",
@@ -264,12 +272,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "http.md"))
     ap.add_argument("--requests-per-client", type=int, default=4)
     ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--decode-batch", type=int, default=None, help="the engine's rows at once (default: the config's)")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     t0 = time.perf_counter()
     text = (REPO / "agentctx" / "samples" / "sample_contract.txt").read_text()
     conc = [int(x) for x in args.concurrency.split(",")]
-    http = phase_http(text, args.requests_per_client, conc)
+    http = phase_http(text, args.requests_per_client, conc, args.decode_batch)
     for r in http["runs"] + [http["dense"]]:
         print(f"clients={r['clients']}: {r['requests']} ok, {len(r['errors'])} errors, {r['rps']:.2f} req/s, "
               f"p50 {r['p50']:.3f} s, p99 {r['p99']:.3f} s", flush=True)
