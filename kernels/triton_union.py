@@ -155,8 +155,8 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
                         softcap: float | None = None, num_splits: int | None = None, block_n: int | None = None,
                         num_warps: int | None = None, num_stages: int = 3) -> tuple[Tensor, Tensor]:
     """See kernels.union_attend.attend_union; block_n / num_warps / num_stages override the launch
-    rule (sweeps: bench/experiments/union_sweep.py). Quantised pools keep the float launch rule:
-    the same tokens per tile at half the bytes."""
+    rule (sweeps: bench/experiments/union_sweep.py). Quantised pools take twice the float rule's
+    tokens per tile (the same bytes)."""
     if q.device.type != "cuda" and not (INTERPRET and q.device.type == "cpu"):
         raise RuntimeError(f"attend_union(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
                            "(or TRITON_INTERPRET=1 set before kernels.triton_union is imported)")
@@ -167,7 +167,13 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
     group = hq // hkv
     block_m, m_tiles = _tiles(r * group)
     block_d = _next_pow2(max(d, 16))
-    block_n = block_n or _block_n(d, block_m, p)
+    if block_n is None:
+        block_n = _block_n(d, block_m, p)
+        if k_mode or v_mode:
+            # One-byte pages: twice the tokens per tile, the bytes of a bf16 tile. On an H100, 16
+            # rows over fp8 pages: Llama-8B heads at 128K 192 against 266 us, Gemma heads at 1M 328
+            # against 347 us (bench/experiments/union_sweep.py --kv-dtype fp8; bf16 183 / 367 us).
+            block_n = min(2 * block_n, _next_pow2(p))
     if num_warps is None:
         # 4 warps: on an H100, 16 rows at 1M tokens (Gemma heads) 357 us (87% of the copy
         # bandwidth) against 523 us with 8; Llama-8B heads at 128K 179 against 246 us

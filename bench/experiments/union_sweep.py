@@ -26,6 +26,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--budget", type=float, default=0.12)
     ap.add_argument("--heads", default="4,1,256", help="Hq,Hkv,D")
+    ap.add_argument("--kv-dtype", default="bf16", choices=("bf16", "fp8", "int8"),
+                    help="pages as stored: bf16, or quantised with the default scales (kernels/kv_quant.py)")
     args = ap.parse_args()
     import triton.testing
 
@@ -37,6 +39,12 @@ def main() -> None:
     dev, p = torch.device("cuda"), 256
     k = torch.randn(args.pages, p, hkv, d, device=dev, dtype=torch.bfloat16)
     v = torch.randn_like(k)
+    page_bytes = 2 * p * hkv * d * 2
+    if args.kv_dtype != "bf16":
+        from agentctx.kernels.kv_quant import quantize_pages
+
+        k, v = quantize_pages(k, args.kv_dtype, part="k"), quantize_pages(v, args.kv_dtype, part="v")
+        page_bytes = (k.data[0].numel() + k.scale[0].numel() * 4) * 2  # values and scales, K and V
     q = torch.randn(args.rows, hq, d, device=dev, dtype=torch.bfloat16)
     lens = torch.full((args.pages,), p, dtype=torch.int32, device=dev)
     rng = random.Random(0)
@@ -46,12 +54,12 @@ def main() -> None:
     u = torch.tensor(union + [0] * (args.pages - len(union)), dtype=torch.int32, device=dev)
     b = torch.tensor(bits + [0] * (args.pages - len(union)), device=dev)
     n = torch.tensor([len(union)], dtype=torch.int32, device=dev)
-    page_bytes = 2 * p * hkv * d * 2
     src = torch.empty(1 << 29, dtype=torch.float16, device=dev)
     dst = torch.empty_like(src)
     copy_s = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") / 1e3
     bw = 2 * src.numel() * 2 / copy_s
-    print(f"{args.rows} rows x {n_sel} of {args.pages} pages, heads {hq}/{hkv}x{d}: union {len(union)} pages "
+    print(f"{args.kv_dtype} pages, {args.rows} rows x {n_sel} of {args.pages} pages, heads {hq}/{hkv}x{d}: "
+          f"union {len(union)} pages "
           f"({len(union) / args.pages:.0%}); copy bandwidth {bw / 1e12:.2f} TB/s")
     want = None
     for bn in (32, 64):
@@ -72,6 +80,8 @@ def main() -> None:
                 gbps = len(union) * page_bytes / (ms / 1e3) / 1e9
                 print(f"  block_n {bn:2d} warps {warps} stages {stages}: {1e3 * ms:7.1f} us, {gbps:6.0f} GB/s "
                       f"({gbps * 1e9 / bw:.0%} of copy), rel diff {err:.1e}")
+    if args.kv_dtype != "bf16":
+        return
     bt = torch.tensor(plans, dtype=torch.int32, device=dev)
     nb = torch.full((args.rows,), n_sel, dtype=torch.int32, device=dev)
     ms = triton.testing.do_bench(lambda: attend_selected(q.unsqueeze(1), k, v, bt, nb, lens, d**-0.5),
