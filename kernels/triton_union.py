@@ -155,8 +155,8 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
                         softcap: float | None = None, num_splits: int | None = None, block_n: int | None = None,
                         num_warps: int | None = None, num_stages: int = 3) -> tuple[Tensor, Tensor]:
     """See kernels.union_attend.attend_union; block_n / num_warps / num_stages override the launch
-    rule (sweeps: bench/experiments/union_sweep.py). Quantised pools take twice the float rule's
-    tokens per tile (the same bytes)."""
+    rule (sweeps: bench/experiments/union_sweep.py). fp8 pools take twice the float rule's tokens
+    per tile (the same bytes)."""
     if q.device.type != "cuda" and not (INTERPRET and q.device.type == "cpu"):
         raise RuntimeError(f"attend_union(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
                            "(or TRITON_INTERPRET=1 set before kernels.triton_union is imported)")
@@ -169,10 +169,11 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
     block_d = _next_pow2(max(d, 16))
     if block_n is None:
         block_n = _block_n(d, block_m, p)
-        if k_mode or v_mode:
-            # One-byte pages: twice the tokens per tile, the bytes of a bf16 tile. On an H100, 16
-            # rows over fp8 pages: Llama-8B heads at 128K 192 against 266 us, Gemma heads at 1M 328
-            # against 347 us (bench/experiments/union_sweep.py --kv-dtype fp8; bf16 183 / 367 us).
+        if kd.dtype == torch.float8_e4m3fn:
+            # fp8 pages: twice the tokens per tile, the bytes of a bf16 tile. On an H100, 16 rows:
+            # Llama-8B heads at 128K 192 against 266 us, Gemma heads at 1M 328 against 347 us
+            # (bench/experiments/union_sweep.py --kv-dtype fp8; bf16 pages 183 / 367 us). int8 keeps
+            # the float rule: unmeasured, and its Gemma-head kernel already spills at 32.
             block_n = min(2 * block_n, _next_pow2(p))
     if num_warps is None:
         # 4 warps: on an H100, 16 rows at 1M tokens (Gemma heads) 357 us (87% of the copy
