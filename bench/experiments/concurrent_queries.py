@@ -5,8 +5,9 @@ share of the HTTP bench's tail latency (bench/bench_http.py, BENCHMARKS §6), wi
 
 The bundled sample contract prefilled once; each query a short question (the HTTP bench's), greedy,
 8 new tokens, over its own plan (the sink page, the last page and 3 random pages: ~12% of the 22).
-First one query at a time (the p50 of 8), then ``--clients`` queries started together from as many
-threads, ``--rounds`` times: wall time, p50 / p99 latency, p99 over the lone p50, steps and step time.
+First one query at a time (the p50 of 8), then ``--clients`` threads started together, each sending
+``--per-client`` queries one after another, ``--rounds`` times: requests/s, wall time, p50 / p99
+latency, p99 over the lone p50, steps and step time.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--decode-batch", type=int, default=16)
+    ap.add_argument("--per-client", type=int, default=1,
+                    help="queries each client sends one after another (the HTTP bench sends 3)")
     args = ap.parse_args()
     from agentctx.serving.engine import LocalEngine
     from agentctx.serving.types import GenerateRequest
@@ -54,10 +57,11 @@ def main() -> int:
     alone = statistics.median(query(i) for i in range(8))
     print(f"{eng.runner.dtype}, decode rows {args.decode_batch}: one query alone p50 {alone:.3f} s")
     for r in range(args.rounds):
-        lat = [0.0] * args.clients
+        lat: list[float] = []
 
         def run(i: int) -> None:
-            lat[i] = query(i)
+            for _ in range(args.per_client):
+                lat.append(query(i))
 
         steps0, step_s0 = eng.loop.stats.steps, eng.loop.stats.step_s
         threads = [threading.Thread(target=run, args=(i,)) for i in range(args.clients)]
@@ -68,7 +72,8 @@ def main() -> int:
             t.join()
         wall = time.perf_counter() - t0
         steps = eng.loop.stats.steps - steps0
-        print(f"round {r + 1}: {args.clients} at once: wall {wall:.2f} s, p50 {pct(lat, 0.5):.2f} s, p99 "
+        print(f"round {r + 1}: {args.clients} clients x {args.per_client}: {len(lat) / wall:.2f} req/s, "
+              f"wall {wall:.2f} s, p50 {pct(lat, 0.5):.2f} s, p99 "
               f"{pct(lat, 0.99):.2f} s = {pct(lat, 0.99) / alone:.1f}x alone; {steps} steps, "
               f"{1e3 * (eng.loop.stats.step_s - step_s0) / max(steps, 1):.0f} ms a step", flush=True)
     eng.loop.shutdown()
