@@ -136,9 +136,15 @@ def union_splits(r: int, hq: int, hkv: int, d: int, p: int, max_pages: int, devi
     return max(1, min(-(-target // (hkv * m_tiles)), -(-chunks // max(1, 128 // block_n)), 1024))
 
 
-def _block_n(d: int, block_m: int, p: int) -> int:
+def _block_n(d: int, block_m: int, p: int, fp8: bool = False) -> int:
+    """Tokens per chunk. fp8 pages take twice the float rule's, the bytes of a bf16 tile: on an
+    H100, 16 rows, Llama-8B heads at 128K 192 against 266 us, Gemma heads at 1M 328 against 347 us
+    (bench/experiments/union_sweep.py --kv-dtype fp8; bf16 pages 183 / 367 us). int8 keeps the
+    float rule: unmeasured, and its Gemma-head kernel already spills at 32."""
     block_d = _next_pow2(max(d, 16))
     block_n = 32 if (block_d >= 256 or block_m >= 64) else 64
+    if fp8:
+        block_n *= 2
     return max(16, min(block_n, _next_pow2(p)))
 
 
@@ -167,14 +173,7 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
     group = hq // hkv
     block_m, m_tiles = _tiles(r * group)
     block_d = _next_pow2(max(d, 16))
-    if block_n is None:
-        block_n = _block_n(d, block_m, p)
-        if kd.dtype == torch.float8_e4m3fn:
-            # fp8 pages: twice the tokens per tile, the bytes of a bf16 tile. On an H100, 16 rows:
-            # Llama-8B heads at 128K 192 against 266 us, Gemma heads at 1M 328 against 347 us
-            # (bench/experiments/union_sweep.py --kv-dtype fp8; bf16 pages 183 / 367 us). int8 keeps
-            # the float rule: unmeasured, and its Gemma-head kernel already spills at 32.
-            block_n = min(2 * block_n, _next_pow2(p))
+    block_n = block_n or _block_n(d, block_m, p, fp8=kd.dtype == torch.float8_e4m3fn)
     if num_warps is None:
         # 4 warps: on an H100, 16 rows at 1M tokens (Gemma heads) 357 us (87% of the copy
         # bandwidth) against 523 us with 8; Llama-8B heads at 128K 179 against 246 us

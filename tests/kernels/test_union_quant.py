@@ -111,7 +111,7 @@ def test_union_kernel_on_fp8_compiles_for_sm90(dot_f16):
 
     hq, hkv, d, p, rows = 32, 8, 128, 256, 16  # Llama-3-8B heads (Gemma's 256-wide head spills 16 bytes in fp16)
     block_m, _ = tu._tiles(rows * hq // hkv)
-    block_n = 2 * tu._block_n(d, block_m, p)  # the launch rule for one-byte pages (triton_attend_union)
+    block_n = tu._block_n(d, block_m, p, fp8=True)  # the launch rule for fp8 pages
     qd = torch.float8_e4m3fn
     consts = dict(HQ=hq, GROUP=hq // hkv, D=d, BLOCK_D=d, P=p, BLOCK_M=block_m, BLOCK_N=block_n,
                   CHUNKS_PER_PAGE=-(-p // block_n), K_MODE=SCALE_MODE[DEFAULT_GRANULARITY[(qd, "k")]],
