@@ -12,7 +12,9 @@ forward (the tests' ground truth) reads the same numbers. While :func:`proj_acti
 set (our runner sets it around its forwards):
 
 * an MLP with ``gate_proj``/``up_proj``/``down_proj``/``act_fn`` runs
-  ``down(act(gate) * up)`` with gate and up from the one product;
+  ``down(act(gate) * up)`` with gate and up from the one product; on a GPU, where its
+  ``act_fn`` computes one of :data:`kernels.act_mul.ACTS` bit for bit and the kernel matches
+  it on a probe, ``act(gate) * up`` is one Triton kernel (``FusedProj.act_mul``);
 * ``q_proj(x)`` computes q, k and v at once and keeps k and v for the ``k_proj(x)`` and
   ``v_proj(x)`` calls that every supported attention forward makes next on the same
   ``x``. They take them only if handed that very tensor; any other call runs the
@@ -27,6 +29,7 @@ its own on a probe input keeps its own forward (``FusedProj.skipped``).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +38,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from agentctx.kernels.act_mul import act_mul, activation_of
 from agentctx.serving.fusions.switch import FusionSwitch
 
 __all__ = ["FusedProj", "install_proj", "proj_active"]
@@ -51,6 +55,7 @@ _GATE_UP = ("gate_proj", "up_proj")
 class FusedProj:
     fused: dict[str, str] = field(default_factory=dict)  # module name -> "qkv" | "gate_up"
     skipped: dict[str, str] = field(default_factory=dict)  # module name -> why not
+    act_mul: dict[str, str] = field(default_factory=dict)  # MLP name -> activation run as one kernel
 
 
 proj_active = _SWITCH.active  # with proj_active(): ... runs the fused code (this thread / task only)
@@ -118,7 +123,13 @@ def install_proj(model: nn.Module, impl: str = "torch") -> FusedProj:
             if why:
                 report.skipped[name] = why
                 continue
-            wrap(module, mods, weight, bias, sizes)
+            if kind == "gate_up":
+                act = _kernel_act(module, weight, sizes)
+                if act:
+                    report.act_mul[name] = act
+                wrap(module, mods, weight, bias, sizes, act)
+            else:
+                wrap(module, mods, weight, bias, sizes)
             module._agentctx_proj = kind
             report.fused[name] = kind
     if report.skipped:
@@ -141,14 +152,38 @@ def _still_views(mods, weight) -> Callable[[], bool]:
     return check
 
 
-def _wrap_mlp(module, mods, weight, bias, sizes) -> None:
+@torch.inference_mode()
+def _kernel_act(module, weight, sizes) -> str | None:
+    """The activation the act_mul kernel runs for this MLP on its GPU, or None (keep act_fn)."""
+    if weight.device.type != "cuda" or sizes[0] != sizes[1] or importlib.util.find_spec("triton") is None:
+        return None
+    act = activation_of(module.act_fn, weight.device, weight.dtype)
+    if act is None:
+        return None
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    gate_up = (torch.randn(5, 2 * sizes[0], generator=gen) * 3).to(device=weight.device, dtype=weight.dtype)
+    gate, up = gate_up.split(sizes, dim=-1)
+    want = module.act_fn(gate) * up
+    try:
+        got = act_mul(gate_up, act, impl="triton")
+    except Exception as exc:  # noqa: BLE001 - e.g. a compile error: keep act_fn
+        log.warning("act_mul kernel unavailable (%s: %s); the MLP keeps its act_fn", type(exc).__name__, exc)
+        return None
+    err = (got.float() - want.float()).abs().max().item()
+    return act if err <= _TOL.get(want.dtype, 1e-5) * max(1.0, want.float().abs().max().item()) else None
+
+
+def _wrap_mlp(module, mods, weight, bias, sizes, act: str | None = None) -> None:
     own_forward = module.forward
     intact = _still_views(mods, weight)
 
     def forward(x):
         if not (_SWITCH.on() and intact()):
             return own_forward(x)
-        gate, up = F.linear(x, weight, bias).split(sizes, dim=-1)
+        gate_up = F.linear(x, weight, bias)
+        if act is not None:
+            return module.down_proj(act_mul(gate_up, act, impl="triton"))
+        gate, up = gate_up.split(sizes, dim=-1)
         return module.down_proj(module.act_fn(gate) * up)
 
     module.forward = forward

@@ -198,10 +198,6 @@ def _no_mask(*args, **kwargs):
     return None
 
 
-AttentionInterface.register(ATTN_IMPL, _paged_attention)
-AttentionMaskInterface.register(ATTN_IMPL, _no_mask)
-
-
 
 
 AttentionInterface.register(ATTN_IMPL, _paged_attention)

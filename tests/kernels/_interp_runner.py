@@ -22,7 +22,8 @@ def main() -> int:
     if os.environ.get("TRITON_INTERPRET") != "1":
         print("TRITON_INTERPRET=1 must be set", file=sys.stderr)
         return 2
-    from agentctx.kernels import triton_attend, triton_rmsnorm, triton_tail, triton_union  # noqa: F401  (decorated under the interpreter)
+    from agentctx.kernels import (  # noqa: F401  (decorated under the interpreter)
+        triton_act_mul, triton_attend, triton_rmsnorm, triton_slot_write, triton_tail, triton_union)
 
     if sys.argv[1:] == ["quant"]:
         from ._quant_cases import quant_cases, run_quant_case
@@ -34,6 +35,7 @@ def main() -> int:
         return _run([(name, run_union_quant_case, spec) for name, spec in union_quant_cases().items()])
 
     from ._rmsnorm_cases import rmsnorm_cases, run_rmsnorm_case
+    from ._step_cases import act_mul_cases, run_act_mul_case, run_slot_write_case, slot_write_cases
     from ._tail_cases import run_tail_case, tail_cases
     from ._triton_grid import interpreter_cases, run_case
     from ._union_cases import run_union_case, union_cases
@@ -42,6 +44,8 @@ def main() -> int:
     checks += [(f"rmsnorm-{name}", run_rmsnorm_case, spec) for name, spec in rmsnorm_cases().items()]
     checks += [(f"tail-{name}", run_tail_case, spec) for name, spec in tail_cases().items()]
     checks += [(f"union-{name}", run_union_case, spec) for name, spec in union_cases().items()]
+    checks += [(f"act_mul-{name}", run_act_mul_case, spec) for name, spec in act_mul_cases().items()]
+    checks += [(f"slot_write-{name}", run_slot_write_case, spec) for name, spec in slot_write_cases().items()]
     return _run(checks)
 
 

@@ -27,6 +27,11 @@ def rmsnorm_cases() -> dict[str, dict]:
     cases["fp32-offset-d80"] = dict(dtype="fp32", style="offset", shape=(7, 80))
     cases["bf16-scale-fp32-weight"] = dict(dtype="bf16", style="scale", shape=(4, 128), weight_dtype="fp32")
     cases["fp32-scale-strided"] = dict(dtype="fp32", style="scale", shape=(6, 64), strided=True)
+    # The q/k norms' input with merged projections: (1, H, T, D) heads-first views of a (T, (Hq + 2 Hkv) D)
+    # product, read in place (no 2-D view addresses them).
+    cases["bf16-offset-qkv-view"] = dict(dtype="bf16", style="offset", shape=(1, 4, 3, 256), qkv_view=True)
+    cases["fp32-scale-qkv-view"] = dict(dtype="fp32", style="scale", shape=(1, 8, 5, 128), qkv_view=True)
+    cases["fp32-scale-5d"] = dict(dtype="fp32", style="scale", shape=(2, 1, 3, 2, 64))
     cases["bf16-offset-empty"] = dict(dtype="bf16", style="offset", shape=(0, 64))
     cases["fp16-scale-large-values"] = dict(dtype="fp16", style="scale", shape=(3, 256), scale=200.0)
     return cases
@@ -44,6 +49,11 @@ def run_rmsnorm_case(spec: dict, device: str) -> None:
     if spec.get("strided"):
         x = x[..., ::2]  # last-dim stride 2: the launcher must copy to unit stride
     x = x.to(device=device, dtype=dt)
+    if spec.get("qkv_view"):
+        _, h, t, d = shape
+        product = (torch.randn(t, (h + 2) * d, generator=g) * 2.0).to(device=device, dtype=dt)  # q, then k, v
+        x = product[:, : h * d].view(1, t, h, d).transpose(1, 2)
+        assert not x.is_contiguous()
     w = (torch.randn(shape[-1], generator=g) * 0.3).to(device=device, dtype=wdt)
     want = rms_norm_reference(x, w, 1e-6, spec["style"])
     got = rms_norm(x, w, 1e-6, spec["style"], impl="triton")

@@ -185,4 +185,7 @@ def test_merged_projections_on_cuda_graphs_match_unmerged(family, dtype, tmp_pat
     merged, plain = ModelRunner(loaded, **kw), ModelRunner(loaded, fused_proj="off", **kw)
     attn, mlp = _groups(loaded.model)
     assert merged.fused_proj and set(merged.proj.fused) == attn | mlp and not plain.fused_proj
+    # act(gate) * up as one kernel in every MLP (the tiny families: Gemma's tanh GELU, the others' SiLU).
+    want_act = "gelu_tanh" if family.startswith("gemma") else "silu"
+    assert merged.proj.act_mul == {n: want_act for n in mlp}
     assert_runners_agree(merged, plain, dtype)
