@@ -23,7 +23,13 @@ def main() -> int:
         print("TRITON_INTERPRET=1 must be set", file=sys.stderr)
         return 2
     from agentctx.kernels import (  # noqa: F401  (decorated under the interpreter)
-        triton_act_mul, triton_attend, triton_rmsnorm, triton_slot_write, triton_tail, triton_union)
+        triton_act_mul,
+        triton_attend,
+        triton_rmsnorm,
+        triton_slot_write,
+        triton_tail,
+        triton_union,
+    )
 
     if sys.argv[1:] == ["quant"]:
         from ._quant_cases import quant_cases, run_quant_case
