@@ -10,10 +10,17 @@ pair it replaces, and the CPU path.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import Tensor
 
 __all__ = ["write_slots", "write_slots_reference"]
+
+log = logging.getLogger(__name__)
+# (device, dtype, heads, dim) -> True (the kernel wrote what index_copy_ writes on its first call)
+# or False (it did not, or did not compile: index_copy_ from then on, with a warning).
+_checked: dict[tuple, bool] = {}
 
 
 def _validate(flat_k: Tensor, flat_v: Tensor, dst: Tensor, k: Tensor, v: Tensor) -> None:
@@ -49,9 +56,34 @@ def write_slots(flat_k: Tensor, flat_v: Tensor, dst: Tensor, k: Tensor, v: Tenso
     if impl == "torch" or (impl == "auto" and (k.device.type != "cuda" or not _has_triton())):
         write_slots_reference(flat_k, flat_v, dst, k, v)
         return
+    _checked_kernel(flat_k, flat_v, dst, k, v)
+
+
+def _checked_kernel(flat_k: Tensor, flat_v: Tensor, dst: Tensor, k: Tensor, v: Tensor) -> None:
+    """The Triton kernel, its first call per signature checked against index_copy_ on copies of the
+    buffers (eager: the batched rows run each forward once before capturing it)."""
+    sig = (str(k.device), k.dtype, k.shape[1], k.shape[2])
+    state = _checked.get(sig)
+    if state is False:
+        write_slots_reference(flat_k, flat_v, dst, k, v)
+        return
     from .triton_slot_write import triton_write_slots  # lazy: triton is optional
 
-    triton_write_slots(flat_k, flat_v, dst, k, v)
+    if state is True:
+        triton_write_slots(flat_k, flat_v, dst, k, v)
+        return
+    want_k, want_v = flat_k.clone(), flat_v.clone()
+    write_slots_reference(want_k, want_v, dst, k, v)
+    try:
+        triton_write_slots(flat_k, flat_v, dst, k, v)
+        ok, why = torch.equal(flat_k, want_k) and torch.equal(flat_v, want_v), "its slots differ from index_copy_"
+    except Exception as exc:  # noqa: BLE001 - e.g. a compile error: stay correct on index_copy_
+        ok, why = False, f"{type(exc).__name__}: {exc}"
+    _checked[sig] = ok
+    if not ok:
+        log.warning("Triton slot write %s failed its first-call check (%s); using index_copy_", sig, why)
+        flat_k.copy_(want_k)
+        flat_v.copy_(want_v)
 
 
 _TRITON: list[bool] = []

@@ -5,6 +5,11 @@
 #                                               # engine before (.old/pkg, see below), same machine
 #   bash scripts/gpu_engine_bench.sh b OUTDIR   # Llama-8B arch 128K, Gemma arch 128K with the
 #                                               # review's plans, head of line
+#   bash scripts/gpu_engine_bench.sh c OUTDIR   # the decode step's fusions (act_mul, slot writes,
+#                                               # sandwich layers): this tree against .old/fc (the
+#                                               # commit before them, fc68a70, unpacked as below),
+#                                               # Gemma arch 1M and Llama-8B arch 128K, 16 agents at
+#                                               # 12%, peers alternating; then a profile of this tree
 # The "before" peer is a commit's tree unpacked into .old/pkg with its package dirs moved under
 # agentctx/ (so it imports its own code, never this checkout's editable install):
 #   mkdir -p .old/pkg && git archive f7dc6b9 | tar -x -C .old/pkg
@@ -39,5 +44,24 @@ case "$part" in
       | tee "$out/gemma_128k.log"
     timeout 150 python3 $b --model gemma3-270m-random --tokens 131072 --agents 4,16 --budgets 0.12 \
       --peers union --hol --hol-tokens 32768 --out "$out/hol_gemma_128k.json" 2>&1 | tee "$out/hol_gemma_128k.log" ;;
-  *) echo "part a or b" >&2; exit 2 ;;
+  c)
+    root=$(pwd)
+    # Gemma 1M twice (peers alternating), Llama 128K once: six runs, each the document's KV drawn at random.
+    for run in "gemma3-270m-random 1048576 1" "llama3-8b-random 131072 1" "gemma3-270m-random 1048576 2"; do
+      set -- $run
+      for peer in this before; do
+        name="${1%%-*}_${2}_${peer}_$3"
+        if [ $peer = this ]; then
+          timeout 150 python3 $b --model $1 --tokens $2 --agents 16 --budgets 0.12 --peers union --new-tokens 32 \
+            --doc-kv random --out "$out/$name.json" 2>&1 | tail -4 | tee "$out/$name.log"
+        elif [ -d .old/fc ]; then
+          (cd /tmp && timeout 150 python3 "$root/.old/fc/bench/bench_scheduler.py" --model $1 --tokens $2 --agents 16 \
+            --budgets 0.12 --peers union --new-tokens 32 --doc-kv random --out "$out/$name.json") 2>&1 | tail -4 \
+            | tee "$out/$name.log"
+        fi
+      done
+    done
+    timeout 150 python3 bench/experiments/profile_engine_step.py --model gemma3-270m-random --tokens 1048576 \
+      --agents 16 > "$out/profile_gemma_1m_16.txt" 2>&1; head -25 "$out/profile_gemma_1m_16.txt" ;;
+  *) echo "part a, b or c" >&2; exit 2 ;;
 esac

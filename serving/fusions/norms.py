@@ -25,7 +25,7 @@ import torch
 from agentctx.kernels.rmsnorm import STYLES, rms_norm, rms_norm_reference
 from agentctx.serving.fusions.switch import FusionSwitch
 
-__all__ = ["FusedNorms", "install_norms", "norms_active"]
+__all__ = ["FusedNorms", "install_norms", "norms_active", "norms_on"]
 
 log = logging.getLogger(__name__)
 _SWITCH = FusionSwitch("fused_norms")
@@ -40,6 +40,7 @@ class FusedNorms:
 
 
 norms_active = _SWITCH.active  # with norms_active(): ... runs the fused code (this thread / task only)
+norms_on = _SWITCH.on  # whether it is on here (serving/fusions/sandwich.py's layers read it too)
 
 
 def _eps(module) -> float | None:
@@ -117,3 +118,4 @@ def _wrap(module, style: str, eps: float, impl: str) -> None:
 
     module.forward = forward
     module._agentctx_norm_style = style
+    module._agentctx_norm_eps = eps

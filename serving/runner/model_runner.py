@@ -18,6 +18,7 @@ import torch
 from agentctx.serving.fusions.norms import FusedNorms, install_norms, norms_active
 from agentctx.serving.fusions.proj import FusedProj, install_proj, proj_active
 from agentctx.serving.fusions.rope import FusedRope, install_rope, rope_active
+from agentctx.serving.fusions.sandwich import FusedSandwich, install_sandwich
 from agentctx.serving.model_loader import LoadedModel
 from agentctx.serving.runner.attention import ATTN_IMPL, STEP
 from agentctx.serving.runner.batch_slots import BatchSlots
@@ -123,6 +124,8 @@ class ModelRunner(OutputHead):
         self.norms: FusedNorms | None = self._install_fusion("fused_norms", fused_norms, install_norms,
                                                              "RMSNorm modules")
         self.fused_norms = bool(self.norms and self.norms.fused)
+        # Gemma's sandwich-norm layers: their residual steps as one kernel each, under the norms' switch.
+        self.sandwich: FusedSandwich | None = install_sandwich(self.model) if self.fused_norms else None
         self.rope: FusedRope | None = self._install_fusion("fused_rope", fused_rope, install_rope,
                                                            "attention layers' RoPE")
         self.fused_rope = bool(self.rope and self.rope.fused)

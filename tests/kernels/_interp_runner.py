@@ -24,6 +24,7 @@ def main() -> int:
         return 2
     from agentctx.kernels import (  # noqa: F401  (decorated under the interpreter)
         triton_act_mul,
+        triton_add_norm,
         triton_attend,
         triton_rmsnorm,
         triton_slot_write,
@@ -41,7 +42,14 @@ def main() -> int:
         return _run([(name, run_union_quant_case, spec) for name, spec in union_quant_cases().items()])
 
     from ._rmsnorm_cases import rmsnorm_cases, run_rmsnorm_case
-    from ._step_cases import act_mul_cases, run_act_mul_case, run_slot_write_case, slot_write_cases
+    from ._step_cases import (
+        act_mul_cases,
+        add_norm_cases,
+        run_act_mul_case,
+        run_add_norm_case,
+        run_slot_write_case,
+        slot_write_cases,
+    )
     from ._tail_cases import run_tail_case, tail_cases
     from ._triton_grid import interpreter_cases, run_case
     from ._union_cases import run_union_case, union_cases
@@ -52,6 +60,7 @@ def main() -> int:
     checks += [(f"union-{name}", run_union_case, spec) for name, spec in union_cases().items()]
     checks += [(f"act_mul-{name}", run_act_mul_case, spec) for name, spec in act_mul_cases().items()]
     checks += [(f"slot_write-{name}", run_slot_write_case, spec) for name, spec in slot_write_cases().items()]
+    checks += [(f"add_norm-{name}", run_add_norm_case, spec) for name, spec in add_norm_cases().items()]
     return _run(checks)
 
 

@@ -1,11 +1,13 @@
-"""Cases for the decode step's small kernels (kernels/act_mul.py, kernels/slot_write.py), shared by
-the GPU test and the CPU interpreter runner. Importing this module does not import triton."""
+"""Cases for the decode step's small kernels (kernels/act_mul.py, kernels/slot_write.py,
+kernels/add_norm.py), shared by the GPU test and the CPU interpreter runner. Importing this module
+does not import triton."""
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["act_mul_cases", "run_act_mul_case", "slot_write_cases", "run_slot_write_case", "ACT_TOL"]
+__all__ = ["act_mul_cases", "run_act_mul_case", "slot_write_cases", "run_slot_write_case", "add_norm_cases",
+           "run_add_norm_case", "ACT_TOL"]
 
 _DT = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # Max abs error vs PyTorch's act(gate) * up, relative to the output's max magnitude: the kernel's
@@ -74,3 +76,42 @@ def run_slot_write_case(spec: dict, device: str) -> None:
     write_slots_reference(want_k, want_v, dst.long(), k, v)
     write_slots(got_k, got_v, dst, k, v, impl="triton")
     assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v), "slots differ from index_copy_"
+
+
+def add_norm_cases() -> dict[str, dict]:
+    cases = {}
+    for dt in _DT:
+        # Gemma 3 270M's stream (640 wide) for 16 decode rows, with and without the next norm.
+        cases[f"{dt}-offset-gemma"] = dict(dtype=dt, style="offset", shape=(1, 16, 640))
+        cases[f"{dt}-offset-last-layer"] = dict(dtype=dt, style="offset", shape=(16, 640), no_norm2=True)
+    cases["fp32-scale-d4096"] = dict(dtype="fp32", style="scale", shape=(3, 4096))
+    cases["bf16-scale-d96"] = dict(dtype="bf16", style="scale", shape=(5, 96))
+    cases["bf16-offset-large-values"] = dict(dtype="bf16", style="offset", shape=(4, 640), scale=300.0)
+    cases["bf16-offset-empty"] = dict(dtype="bf16", style="offset", shape=(0, 640))
+    return cases
+
+
+def run_add_norm_case(spec: dict, device: str) -> None:
+    """Kernel vs reference: r and y within the norms' tolerance (kernels/rmsnorm.py's cases: only the
+    order of the fp32 sums of squares differs)."""
+    from agentctx.kernels.add_norm import add_norm2, add_norm2_reference
+
+    from ._rmsnorm_cases import TOL
+
+    dt = _DT[spec["dtype"]]
+    g = torch.Generator().manual_seed(7 + sum(spec["shape"]))
+    shape, d = spec["shape"], spec["shape"][-1]
+    x = (torch.randn(*shape, generator=g) * spec.get("scale", 4.0)).to(device=device, dtype=dt)
+    h = (torch.randn(*shape, generator=g) * spec.get("scale", 4.0)).to(device=device, dtype=dt)
+    w1, w2 = ((torch.randn(d, generator=g) * 0.3).to(device=device, dtype=dt) for _ in range(2))
+    w2 = None if spec.get("no_norm2") else w2
+    want_r, want_y = add_norm2_reference(x, h, w1, 1e-6, w2, 1e-5, spec["style"])
+    got_r, got_y = add_norm2(x, h, w1, 1e-6, w2, 1e-5, spec["style"], impl="triton")
+    assert (got_y is None) == (want_y is None)
+    for got, want in ((got_r, want_r), (got_y, want_y)):
+        if want is None or want.numel() == 0:
+            continue
+        assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype, want.shape, want.dtype)
+        err = (got.float() - want.float()).abs().max().item()
+        bound = TOL[spec["dtype"]] * max(1.0, want.float().abs().max().item())
+        assert err <= bound, f"max abs err {err:.3g} > {bound:.3g}"

@@ -68,3 +68,30 @@ def test_write_slots_cpu_is_index_copy():
 def test_write_slots_refuses_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
         write_slots(*args)
+
+
+def test_slot_write_kernel_that_disagrees_falls_back_to_index_copy(monkeypatch, caplog):
+    """A kernel whose first call writes wrong slots (or fails to compile) is replaced by index_copy_
+    for the process, and its first call's result is corrected."""
+    pytest.importorskip("triton")
+    import agentctx.kernels.slot_write as sw
+    import agentctx.kernels.triton_slot_write as tsw
+
+    calls = []
+
+    def wrong(flat_k, flat_v, dst, k, v):
+        calls.append(1)
+        flat_k.fill_(7.0)
+
+    monkeypatch.setattr(tsw, "triton_write_slots", wrong)
+    monkeypatch.setattr(sw, "_checked", {})
+    g = torch.Generator().manual_seed(2)
+    for _ in range(2):
+        buf_k, buf_v = torch.zeros(10, 2, 8), torch.zeros(10, 2, 8)
+        k, v = torch.randn(3, 2, 8, generator=g), torch.randn(3, 2, 8, generator=g)
+        dst = torch.tensor([7, 0, 4])
+        sw._checked_kernel(buf_k, buf_v, dst, k, v)
+        assert torch.equal(buf_k[dst], k) and torch.equal(buf_v[dst], v)
+        assert buf_k[[1, 2, 3, 5, 6, 8, 9]].abs().sum() == 0
+    assert calls == [1]  # checked once, then index_copy_ only
+    assert "failed its first-call check" in caplog.text

@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from ._marks import GPU_TRITON
-from ._step_cases import act_mul_cases, run_act_mul_case, run_slot_write_case, slot_write_cases
+from ._step_cases import (
+    act_mul_cases,
+    add_norm_cases,
+    run_act_mul_case,
+    run_add_norm_case,
+    run_slot_write_case,
+    slot_write_cases,
+)
 
 pytestmark = GPU_TRITON
 
@@ -20,6 +27,11 @@ def test_triton_act_mul_matches_reference(name):
 @pytest.mark.parametrize("name", list(slot_write_cases()))
 def test_triton_slot_write_equals_index_copy(name):
     run_slot_write_case(slot_write_cases()[name], device="cuda")
+
+
+@pytest.mark.parametrize("name", list(add_norm_cases()))
+def test_triton_add_norm_matches_reference(name):
+    run_add_norm_case(add_norm_cases()[name], device="cuda")
 
 
 def test_step_kernels_are_capturable():

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ._rmsnorm_cases import rmsnorm_cases
-from ._step_cases import act_mul_cases, slot_write_cases
+from ._step_cases import act_mul_cases, add_norm_cases, slot_write_cases
 from ._tail_cases import tail_cases
 from ._triton_grid import interpreter_cases
 
@@ -40,7 +40,8 @@ def interpreter_results() -> dict[str, str]:
 
 @pytest.mark.parametrize("name", list(interpreter_cases()) + [f"rmsnorm-{n}" for n in rmsnorm_cases()]
                          + [f"tail-{n}" for n in tail_cases()] + [f"act_mul-{n}" for n in act_mul_cases()]
-                         + [f"slot_write-{n}" for n in slot_write_cases()])
+                         + [f"slot_write-{n}" for n in slot_write_cases()]
+                         + [f"add_norm-{n}" for n in add_norm_cases()])
 def test_triton_interpreter_matches_reference(interpreter_results, name):
     result = interpreter_results.get(name, "missing from runner output")
     assert result == "ok", result

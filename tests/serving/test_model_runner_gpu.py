@@ -107,6 +107,9 @@ def test_fused_norms_match_unfused_on_cuda(family, dtype, tmp_path):
     norms = {n for n, m in loaded.model.named_modules() if type(m).__name__.endswith("RMSNorm")}
     assert fused.fused_norms and set(fused.norms.fused) == norms and not fused.norms.skipped
     assert not plain.fused_norms
+    # Gemma's sandwich-norm layers run their residual steps as one kernel each (serving/fusions/sandwich.py).
+    n_layers = loaded.model.config.num_hidden_layers
+    assert len(fused.sandwich.fused) == (n_layers if family.startswith("gemma") else 0), fused.sandwich
     assert_runners_agree(fused, plain, dtype)
 
 
