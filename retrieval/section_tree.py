@@ -126,6 +126,11 @@ def _first_bare(stack: list[tuple[str, int]], starts: list[dict]) -> int | None:
     return next((d for d, (_, si) in enumerate(stack) if _bare(starts[si])), None)
 
 
+def _listed(st: dict) -> bool:
+    """A numbered list item or clause with a known indentation (not a Markdown heading, keyword or title)."""
+    return st.get("indent") is not None and st["style"].lstrip("(")[:3] in ("num", "alp", "ALP", "rom", "ROM")
+
+
 def _nest(text: str, starts: list[dict]) -> list[Section]:
     """Levels from the order in which numbering styles open inside each other; ends from nesting."""
     stack: list[tuple[str, int]] = []  # (style key, index into starts)
@@ -168,6 +173,20 @@ def _nest(text: str, starts: list[dict]) -> list[Section]:
                 close_to(deeper[0], st["start"])
         if stack and starts[stack[0][1]]["style"] == "signature":
             close_to(0, st["start"])  # what follows the signatures (an exhibit, a schedule) is no part of them
+        indented = False
+        if _listed(st):
+            # Indentation is the nesting of a Markdown or plain-text list: an item set further left closes the
+            # items indented under the previous one ("5. <h2>Confidentiality</h2>" after "   4.  Customer
+            # will ..."), and an item set further right that starts its numbering again ("       1.  commits a
+            # material breach" under "   3.  Either party may terminate ... if the other party:") opens inside
+            # the item above it, though both are written "1.".
+            out = next((d for d, (_, si) in enumerate(stack) if _listed(starts[si])
+                        and starts[si]["indent"] > st["indent"]), None)
+            if out is not None:
+                close_to(out, st["start"])
+            same = [d for d, (sk, _) in enumerate(stack) if sk == k]
+            indented = bool(same) and _listed(starts[stack[same[-1]][1]]) and st["number"] in _FIRST_NUMBERS \
+                and starts[stack[same[-1]][1]]["indent"] < st["indent"]
         keys = [sk for sk, _ in stack]
         bare_at = _first_bare(stack, starts)
         if (style.startswith("kw:") and style[3:] in _TOP_KEYWORDS) or style == "signature":
@@ -186,8 +205,11 @@ def _nest(text: str, starts: list[dict]) -> list[Section]:
         elif st["heading"] and style == "head:caps" and len(st["title"].split()) >= 4 and stack \
                 and re.search(r"\b(AGREEMENT|SUPPLEMENT|SCHEDULE|EXHIBIT|ATTACHMENT|TERMS)\b", st["title"]):
             close_to(0, st["start"])  # a new document part: "TENSORRT SUPPLEMENT TO SOFTWARE LICENSE AGREEMENT"
+        elif indented:
+            pass  # a restarted numbering indented under an item: its child
         elif k in keys:
-            close_to(keys.index(k), st["start"])
+            # the innermost item of this numbering when indentation nested it inside another, else the one open
+            close_to(len(keys) - 1 - keys[::-1].index(k) if _listed(st) else keys.index(k), st["start"])
         elif bare_at is not None and style == "head:caps" and st["heading"] and i + 1 < len(starts) \
                 and _bare(starts[i + 1]) and starts[i + 1]["number"] in _FIRST_NUMBERS \
                 and key(starts[i + 1]) in keys:
@@ -198,7 +220,11 @@ def _nest(text: str, starts: list[dict]) -> list[Section]:
         elif style.startswith("num"):
             # "4. Fees. ..." after the title line "3. Term": the same numbering, written two ways.
             other = k[:-1] if k.endswith("H") else k + "H"
-            if other in keys and _successor(last_num.get(other, ""), st["number"]):
+            prev = last_num.get(other, "")
+            if other in keys and _listed(st):
+                # the open clause of that numbering, not an item indented under it that shares its style
+                prev = starts[stack[len(keys) - 1 - keys[::-1].index(other)][1]]["number"]
+            if other in keys and _successor(prev, st["number"]):
                 close_to(keys.index(other), st["start"])
         st["style"] = k.rstrip("H") if style.startswith("num") else k
         parent.append(stack[-1][1] if stack else None)

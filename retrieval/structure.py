@@ -17,7 +17,8 @@ turns the blocks of :mod:`.sentences` into
 * **defined terms**: ``"Losses" means ...``, ``("Client")``, ``Licensee: means ...``,
   ``**Licensor** means ...``, each with the unit that defines it.
 * **preamble**: the text between the title and the first section (where a contract
-  names its parties).
+  names its parties); under an opening heading that names the instrument ("# Service
+  terms") and holds the clauses, the text before its first clause.
 
 Everything is a character span of the original text; nothing here needs a model.
 """
@@ -57,12 +58,29 @@ _DEFINES = [
     ("means", re.compile(r"(?m)^[ \t]*(?:[\u2014\u2013-][ \t]*)?([A-Z][\w' -]{1,40}):[ \t]*means?\b")),
     ("means", re.compile(rf"(?m)^[ \t]*{_Q1}{_TERM}{_Q2}[ \t]+[-\u2013\u2014:][ \t]+")),
     ("means", re.compile(rf"[\u2014\u2013][ \t]*{_Q1}{_TERM}{_Q2}[ \t]*:")),
+    # emphasis around the quotes ("(the **\"Agreement\"**)", "(**\u201cCustomer\u201d**)") is Markdown markup
     ("inline", re.compile(rf"\(\s*(?:the\s+|each\s+(?:a|an)\s+|together\s+(?:the\s+)?|collectively\s+(?:the\s+)?|"
                           rf"hereinafter\s+(?:referred\s+to\s+as\s+)?(?:the\s+)?|referred\s+to\s+as\s+(?:the\s+)?)?"
-                          rf"{_Q1}{_TERM}{_Q2}\s*\)")),
+                          rf"[*_]{{0,3}}{_Q1}{_TERM}{_Q2}[*_]{{0,3}}\s*\)")),
     ("inline", re.compile(rf"referred\s+to\s+as\s+(?:the\s+)?{_Q1}{_TERM}{_Q2}")),
     ("inline", re.compile(rf"\b(?:each|individually|together|collectively)\s+(?:a|an|the)?\s*{_Q1}{_TERM}{_Q2}")),
 ]
+
+
+# An HTML heading inside a Markdown list item ("9. <h2>Term and termination</h2>"): a web page's source marks
+# its clause titles so, whatever their case.
+_HTML_HEADING = re.compile(r"\s*<h[1-6][^>]*>(?P<title>[^<>\n]{1,120})</h[1-6]>\s*$", re.I)
+_HTML_TAG = re.compile(r"</?h[1-6][^>]*>", re.I)
+
+
+def _indent(text: str, s: int) -> int | None:
+    """The column of ``text[s]`` on its line (a tab to the next multiple of 4), None when something other
+    than blanks stands before it (a box border, the end of a previous sentence)."""
+    line_start = text.rfind("\n", 0, s) + 1
+    before = text[line_start:s]
+    if before.strip():
+        return None
+    return len(before.expandtabs(4))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +202,10 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
             last_bi = bi
             continue
         heading = b.heading or (mk is not None and mk[0].startswith("md"))
-        if heading and mk is not None and mk[0].startswith("md"):
+        html_title = _HTML_HEADING.match(line, mk[3] if mk is not None and not mk[0].startswith("md") else 0)
+        if html_title is not None:
+            heading = True
+        if heading and html_title is None and mk is not None and mk[0].startswith("md"):
             # "## ***Term*.** The term ...", "# The Buyer will pay ...", "## ... means either:": a
             # paragraph or a lead-in a converter marked as a heading, not a title
             it = _inline_title(text, s + mk[3], e)
@@ -195,16 +216,19 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
             heading = True  # an ALL-CAPS title ending with a period ("LIMITATION OF LIABILITY.")
         if not heading and mk is not None and _looks_like_title(line[mk[3]:]):
             heading = True  # "6. Disclaimer of Warranty" alone on its line (inside a box, say)
-        if heading and mk is None and (re.search(r"[.!?][\"'\u201d\u2019)\]]$", line) or line[:1].islower()):
+        if heading and mk is None and html_title is None \
+                and (re.search(r"[.!?][\"'\u201d\u2019)\]]$", line) or line[:1].islower()):
             heading = False  # the end of a quotation ("... NVIDIA\n Corporation.\u201d") is no title
         if heading and _is_title_text(line.split("\n", 1)[0]):
-            title = text[s + (mk[3] if mk else 0):e].strip().strip("*_# ").strip().rstrip(".:").strip("*_ ")
+            title = _HTML_TAG.sub("", text[s + (mk[3] if mk else 0):e]).strip().strip("*_# ").strip().rstrip(".:") \
+                .strip("*_ ")
             if mk is None and not starts and not seen_body:
                 title_lines.append(title)  # the document's title lines, before anything else
                 continue
             starts.append(dict(block=bi, start=s, body_start=e, number=mk[1] if mk else "",
                                style=mk[0] if mk else ("head:caps" if title.isupper() else "head:title"),
-                               label=mk[2] if mk else "", title=title, heading=True, md=md))
+                               label=mk[2] if mk else "", title=title, heading=True, md=md,
+                               indent=_indent(text, s) if mk is not None and md is None else None))
             title_run = title_run + [len(starts) - 1] if mk is None else []
             last_bi = bi
             continue
@@ -232,7 +256,7 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
             it = _inline_title(text, s + mk[3], e)
             title, body = it if it else ("", s + mk[3])
             starts.append(dict(block=bi, start=s, body_start=body, style=mk[0], number=mk[1], label=mk[2],
-                               title=title, heading=False, md=md))
+                               title=title, heading=False, md=md, indent=_indent(text, s) if md is None else None))
             body_of[bi] = (body, e)
             last_bi = bi
             continue
@@ -245,6 +269,12 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
     sections = _nest(text, starts)
     first = starts[0]["start"] if starts else len(text)
     pre = [sp for bi, sp in sorted(body_of.items()) if sp[1] <= first]
+    if not pre and len(sections) > 1 and sections[1].parent == 0 and _opening_title(starts[0]):
+        # "# Service terms", then "These service terms ... between Canonical ... and the customer ...", then
+        # "1." to "12." under it: the heading that opens the text and names the instrument is its title, and
+        # the text before its first clause is the preamble, as under a title line
+        pre = [sp for bi, sp in sorted(body_of.items()) if sp[0] >= starts[0]["body_start"]
+               and sp[1] <= sections[1].start]
     preamble = (pre[0][0], pre[-1][1]) if pre else None
     # Units: the sentences of every body block, in the innermost section that holds them.
     units: list[Unit] = []
@@ -255,6 +285,16 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
     return DocumentStructure(text=text, sections=tuple(sections), units=tuple(units),
                              terms=tuple(_defined_terms(text, units)), preamble=preamble,
                              title=title_lines[0] if title_lines else "")
+
+
+_INSTRUMENT_TITLE = re.compile(r"\b(?:agreement|contract|terms|conditions|licen[cs]e|addendum|amendment|deed|lease)\b",
+                               re.I)
+
+
+def _opening_title(st: dict) -> bool:
+    """An unnumbered heading that names an instrument ("# Prototype Agreement", "# Service terms")."""
+    return bool(st["heading"]) and not st["number"] and st["style"].startswith(("md", "head:")) \
+        and _INSTRUMENT_TITLE.search(st["title"]) is not None
 
 
 def _defined_terms(text: str, units: list[Unit]) -> list[DefinedTerm]:

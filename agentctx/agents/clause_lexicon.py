@@ -68,10 +68,15 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\bagreement\b[^.;]{0,160}\bbetween\b[^.;]{2,240}\band\b",
             r"\bby\s+and\s+between\b",
             r"\bbetween\s+you\b",
+            # an offer-form opening: "Licensor is willing to license the Software to you on these terms"
+            r"\b(?:is|are)\s+willing\s+to\s+(?:grant|licen[cs]e|provide|offer|sell|supply|make)\b[^.;]{0,60}\byou\b",
         ),
         weak=_rx(r"\b(?:hereinafter|referred\s+to\s+as)\b", r"\beach\s+a\s+[\"\u201c]?party\b"),
         negative=_rx(r"\borgani[sz]ed\s+(?:and\s+existing\s+)?under\s+the\s+laws\b", r"\bintends?\s+that\b",
-                     r"\bincorporated\s+(?:in|under)\b"),
+                     r"\bincorporated\s+(?:in|under)\b",
+                     # the integration clause ("the entire agreement between you and X and supersedes ...")
+                     # names both sides but is not where they are named
+                     r"\bentire\s+(?:agreement|understanding|terms)\b", r"\bsupersedes?\b"),
     ),
     KindLexicon(
         "term",

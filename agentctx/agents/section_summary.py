@@ -96,7 +96,11 @@ def summary_sections(st: DocumentStructure) -> list[tuple[str, int, int, Section
         for s in st.children(parent):
             if titled_below[s.index]:
                 first_child = st.children(s.index)[0].start
-                if st.units_in(s.start, first_child):  # its own text before its titled parts
+                own = st.units_in(s.start, first_child)
+                if st.preamble is not None and own and st.preamble[0] <= own[0].start \
+                        and own[-1].end <= st.preamble[1]:
+                    own = []  # the preamble under the document's title heading, summarised as "Preamble"
+                if own:  # its own text before its titled parts
                     out.append((s.name, s.start, first_child, s))
                 walk(s.index)
             elif st.units_in(s.start, s.end):

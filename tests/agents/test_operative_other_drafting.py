@@ -112,3 +112,39 @@ def test_liability_limited_to_the_fees_paid_is_the_cap_not_an_exclusion_for_outa
             "Save as set out in the Service Levels, we shall not be liable for any Losses caused by planned "
             "outages of the Platform.\n")
     assert _best(text, "liability_cap").startswith("Our liability to the Member")
+
+
+def test_a_web_published_service_agreement_names_its_sides_in_the_preamble_and_lists_its_grounds():
+    """Clause titles in HTML heading tags, sub-clauses set in by indentation, the preamble under a title heading,
+    defined names in bold around their quotes."""
+    text = ("# Hosting terms\n\n"
+            "These hosting terms (the **\"Agreement\"**) apply from the order date between Northwind Hosting Ltd "
+            "(**\"Host\"**) and the client named in the order form (**\"Client\"**).\n\n"
+            "1. <h2>Ending this arrangement</h2>\n"
+            "   1.  This Agreement lasts until the end of the hosting period.\n"
+            "   2.  Either party may terminate this Agreement at once by notice if the other party:\n"
+            "       1.  breaches it and does not put the breach right within 10 days; or\n"
+            "       2.  becomes insolvent.\n"
+            "   3.  On expiry Client will pay all unpaid fees.\n"
+            "2. <h2>General</h2>\n"
+            "   1.  This Agreement is the entire agreement between Host and Client and supersedes all proposals.\n")
+    assert _best(text, "parties").startswith("These hosting terms")
+    grounds = _best(text, "termination")
+    assert grounds.startswith("Either party may terminate") and grounds.endswith("becomes insolvent."), grounds
+
+
+def test_the_integration_clause_is_not_where_the_sides_are_named():
+    text = ("1. Services. The Supplier will host the site.\n\n"
+            "2. Entire Agreement. This Agreement constitutes the entire agreement between the Supplier and the "
+            "Buyer and supersedes all prior proposals.\n")
+    assert not draw_candidates(parse_structure(text), "parties").found
+
+
+def test_an_offer_form_opening_names_the_sides():
+    text = ("# Beta Agreement\n\n"
+            "Because you would like to try the beta release, Lumen Labs is willing to grant you a limited licence "
+            "to use it on the terms of this Beta Agreement.\n\n"
+            "1. **Use**. You may use the beta release for evaluation only.\n\n"
+            "2. **Entire Agreement**. This Beta Agreement is the entire agreement between you and Lumen Labs about "
+            "the beta release and supersedes all earlier discussions.\n")
+    assert _best(text, "parties").startswith("Because you would like")
