@@ -98,9 +98,9 @@ class SyncCounter:
 class Bench:
     def __init__(self, args):
         from agentctx.serving.engine.local import STEP_TOKENS
-        from agentctx.serving.engine.loop import EngineLoop
+        from agentctx.serving.engine.loop import GRAPH_DECODE_STEPS, EngineLoop
         from agentctx.serving.engine.scheduler import Scheduler
-        from agentctx.serving.runner.batch_forward import run_step
+        from agentctx.serving.runner.batch_forward import run_greedy_steps, run_step
         from agentctx.serving.runner.model_runner import ModelRunner
         from bench.lib.models import build_model
 
@@ -133,9 +133,14 @@ class Bench:
                                                                        *d.k_scales.values(), *d.v_scales.values())
                               ) / max(1, d.num_pages)
         budget = STEP_TOKENS["cuda" if cuda else "cpu"]
+        # Greedy decode windows as the serving engine runs them (serving/engine/local.py), unless set.
+        steps = getattr(args, "decode_steps", None)
+        self.decode_steps = steps or (GRAPH_DECODE_STEPS if self.runner.query_mode == "graph" else 1)
         self.loop = EngineLoop(lambda rows: run_step(self.runner, rows),
                                Scheduler(max_rows=max(args.agents), step_tokens=budget[0],
-                                         step_tokens_decoding=budget[1]), device=self.dev)
+                                         step_tokens_decoding=budget[1]), device=self.dev,
+                               run_greedy=lambda rows, k: run_greedy_steps(self.runner, rows, k),
+                               decode_steps=self.decode_steps)
         self.bw = _bandwidth(self.dev)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.loaded.model.parameters())
         self.real_plans = None
@@ -177,7 +182,7 @@ class Bench:
         plans = [self.plan(budget, rng, i) for i in range(n)]
         prompts = [[rng.randrange(10, self.vocab) for _ in range(self.args.prompt_tokens)] for _ in range(n)]
         st, ls = self.loop.scheduler.stats, self.loop.stats
-        s0 = (st.steps, st.rows, ls.host_syncs)
+        s0 = (st.steps, st.rows, ls.host_syncs, ls.steps)
         cuda = self.dev.type == "cuda"
         with SyncCounter(cuda) as syncs:
             t0 = time.perf_counter()
@@ -193,6 +198,7 @@ class Bench:
                 first_at[i] = r.first_token_at
             wall = time.perf_counter() - t0
         steps, rows = st.steps - s0[0], st.rows - s0[1]
+        forwards = ls.steps - s0[3]  # a greedy decode window is decode_steps forwards of one schedule
         ttft = [f - t0 for f in first_at]
         toks = n * self.args.new_tokens
         decode_span = max(end_at) - min(first_at)
@@ -207,8 +213,9 @@ class Bench:
                 "union_share": len(union) / self.doc.num_pages, "wall_s": wall, "tok_per_s": toks / wall,
                 "decode_tok_per_s": decode, "ttft_p50_ms": 1e3 * _pct(ttft, 50), "ttft_p99_ms": 1e3 * _pct(ttft, 99),
                 "rows_per_step": rows / max(1, steps), "steps": steps,
-                "host_syncs_per_step": syncs.count / max(1, steps) if cuda else None,
-                "loop_syncs_per_step": (ls.host_syncs - s0[2]) / max(1, steps),
+                "forwards": forwards, "decode_steps": self.decode_steps,
+                "host_syncs_per_step": syncs.count / max(1, forwards) if cuda else None,
+                "loop_syncs_per_step": (ls.host_syncs - s0[2]) / max(1, forwards),
                 "floor_tok_per_s": floor, "floor_frac": decode / floor if floor == floor else None}
 
     def head_of_line(self) -> dict:
@@ -275,6 +282,8 @@ def main(argv=None) -> dict:
                     help="device pages: the compute dtype's (bf16 on GPU) or quantised")
     ap.add_argument("--doc-kv", default="auto", choices=("auto", "prefill", "random"),
                     help="the document's KV: prefilled, or drawn at random (auto: random when quantised)")
+    ap.add_argument("--decode-steps", type=int, default=None,
+                    help="greedy decode window: forwards per host sync (default: the engine's, 4 on CUDA graphs)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.agents = [int(x) for x in args.agents.split(",")]
@@ -283,7 +292,8 @@ def main(argv=None) -> dict:
     made = "random KV" if b.random_kv else "prefill"
     print(f"{args.model} ({b.info['weights']}, {b.runner.dtype}) on {dev}, {b.doc.num_tokens}-token document "
           f"({b.doc.num_pages} pages, {b.doc.kv_dtype} pages, {b.doc.kv_bytes() / 2**30:.2f} GiB, {made} "
-          f"{b.prefill_s:.1f} s), copy bandwidth {b.bw / 1e12:.2f} TB/s, query mode {b.runner.query_mode}", flush=True)
+          f"{b.prefill_s:.1f} s), copy bandwidth {b.bw / 1e12:.2f} TB/s, query mode {b.runner.query_mode}, "
+          f"greedy decode window {b.decode_steps}", flush=True)
     results = []
     try:
         for budget in args.budgets.split(","):

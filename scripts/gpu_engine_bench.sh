@@ -10,6 +10,9 @@
 #                                               # commit before them, fc68a70, unpacked as below),
 #                                               # Gemma arch 1M and Llama-8B arch 128K, 16 agents at
 #                                               # 12%, peers alternating; then a profile of this tree
+#   bash scripts/gpu_engine_bench.sh d OUTDIR   # greedy decode windows: 4 forwards per host sync
+#                                               # against 1, same tree, peers alternating (Gemma arch
+#                                               # 1M x3, Llama-8B arch 128K), and head of line with 4
 # The "before" peer is a commit's tree unpacked into .old/pkg with its package dirs moved under
 # agentctx/ (so it imports its own code, never this checkout's editable install):
 #   mkdir -p .old/pkg && git archive f7dc6b9 | tar -x -C .old/pkg
@@ -63,5 +66,17 @@ case "$part" in
     done
     timeout 150 python3 bench/experiments/profile_engine_step.py --model gemma3-270m-random --tokens 1048576 \
       --agents 16 > "$out/profile_gemma_1m_16.txt" 2>&1; head -25 "$out/profile_gemma_1m_16.txt" ;;
-  *) echo "part a, b or c" >&2; exit 2 ;;
+  d)
+    for run in "gemma3-270m-random 1048576 1" "llama3-8b-random 131072 1" "gemma3-270m-random 1048576 2" \
+               "gemma3-270m-random 1048576 3"; do
+      set -- $run
+      for k in 1 4; do
+        name="${1%%-*}_${2}_window${k}_$3"
+        timeout 120 python3 $b --model $1 --tokens $2 --agents 16 --budgets 0.12 --peers union --new-tokens 32 \
+          --doc-kv random --decode-steps $k --out "$out/$name.json" 2>&1 | tail -1 | tee "$out/$name.log"
+      done
+    done
+    timeout 150 python3 $b --model gemma3-270m-random --tokens 131072 --agents 4,16 --budgets 0.12 \
+      --peers union --hol --hol-tokens 32768 --out "$out/hol_gemma_128k.json" 2>&1 | tail -4 | tee "$out/hol.log" ;;
+  *) echo "part a, b, c or d" >&2; exit 2 ;;
 esac

@@ -22,11 +22,11 @@ from agentctx.serving.engine.base import Engine, PageLoader, PrefillSink
 from agentctx.serving.engine.copy_constraint import QuoteVocabulary
 from agentctx.serving.engine.detokenize import TextStream
 from agentctx.serving.engine.kv_cache import DeviceKVCache
-from agentctx.serving.engine.loop import EngineLoop
+from agentctx.serving.engine.loop import GRAPH_DECODE_STEPS, EngineLoop
 from agentctx.serving.engine.request import GenerationCancelled, Request, RequestKind
 from agentctx.serving.engine.scheduler import Scheduler
 from agentctx.serving.model_loader import LoadedModel, load_model
-from agentctx.serving.runner.batch_forward import run_step
+from agentctx.serving.runner.batch_forward import run_greedy_steps, run_step
 from agentctx.serving.runner.model_runner import ModelRunner
 from agentctx.serving.runner.paged_kv import DocKV
 from agentctx.serving.tokenize import tokenize_document
@@ -105,7 +105,9 @@ class LocalEngine(Engine):
         self.scheduler = Scheduler(max_rows=decode_batch, step_tokens=step_tokens or auto[0],
                                    step_tokens_decoding=step_tokens_decoding or auto[1],
                                    max_step_kv_bytes=max_step_kv_bytes)
-        self.loop = EngineLoop(lambda rows: run_step(self.runner, rows), self.scheduler, device=dev)
+        self.loop = EngineLoop(lambda rows: run_step(self.runner, rows), self.scheduler, device=dev,
+                               run_greedy=lambda rows, k: run_greedy_steps(self.runner, rows, k),
+                               decode_steps=GRAPH_DECODE_STEPS if self.runner.query_mode == "graph" else 1)
         # Static decode rows (GPU path) per document and table width: one per running request.
         self.runner.batch_rows = min(decode_batch, 64)
         self._quotes: QuoteVocabulary | None = None

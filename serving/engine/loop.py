@@ -18,6 +18,13 @@ prefill and running generations share the replica's time.
 
 If a forward fails, each of its rows is run alone, so a bad request fails alone (its stream gets
 the error) and the others go on. :meth:`step` is public: tests drive the loop without its thread.
+
+Greedy decode windows (``decode_steps`` k > 1, the GPU default): when every row of a step is a
+plain greedy decode row, the loop runs k forwards back to back with each argmax fed to the next
+forward on the device (``run_greedy``, serving/runner/batch_forward.run_greedy_steps) and syncs
+once for the k tokens, so its own Python between forwards is paid once per k. A request that
+stops inside the window (an end token, its length) drops the rest of it. New requests wait at
+most one window to be scheduled.
 """
 
 from __future__ import annotations
@@ -36,9 +43,13 @@ from agentctx.serving.engine.sampler import RowSampling, sample
 from agentctx.serving.engine.scheduler import RowKind, ScheduledRow, Scheduler, StepPlan
 from agentctx.serving.runner.batch_forward import Row, StepOutput, release
 
-__all__ = ["EngineLoop", "LoopStats"]
+__all__ = ["EngineLoop", "LoopStats", "GRAPH_DECODE_STEPS"]
 
 log = logging.getLogger(__name__)
+# Greedy decode window on the CUDA-graph path: forwards per host sync when every row is a plain
+# greedy decode row. Tokens reach callers in bursts of this many (~4 forwards of a few ms); a new
+# request waits at most one window to be scheduled. 1 = a sync after every forward.
+GRAPH_DECODE_STEPS = 4
 
 
 @dataclass
@@ -49,6 +60,7 @@ class LoopStats:
     jobs: int = 0  # jobs run (prefill chunks)
     host_syncs: int = 0  # reads of device results by the host (one per step that samples)
     tokens: int = 0  # tokens sampled
+    windows: int = 0  # greedy decode windows run (each decode_steps forwards, one sync)
     step_s: float = 0.0  # time in steps (forward, sampling, postprocess)
 
 
@@ -68,9 +80,15 @@ class EngineLoop:
     to a runner); it must leave its rows' tails unchanged when it raises."""
 
     def __init__(self, run_step: Callable[[list[Row]], StepOutput], scheduler: Scheduler, *,
-                 device: torch.device | str = "cpu", name: str = "agentctx-engine", thread: bool = True):
-        """thread=False: no thread is started; the caller drives :meth:`step` (tests)."""
+                 device: torch.device | str = "cpu", name: str = "agentctx-engine", thread: bool = True,
+                 run_greedy: Callable[[list[Row], int], torch.Tensor | None] | None = None, decode_steps: int = 1):
+        """thread=False: no thread is started; the caller drives :meth:`step` (tests). ``run_greedy(rows,
+        k)``: k greedy forwards fed on the device, tokens (n, k) or None (see the module docstring)."""
+        if decode_steps < 1:
+            raise ValueError(f"decode_steps must be >= 1, got {decode_steps}")
         self._run = run_step
+        self._run_greedy = run_greedy
+        self.decode_steps = decode_steps
         self._threaded = thread
         self.scheduler = scheduler
         self.name = name
@@ -217,6 +235,11 @@ class EngineLoop:
             self.on_step(plan)
         t0 = time.perf_counter()
         rows = [sr.row() for sr in plan.rows]
+        if self._greedy_window(plan, rows):
+            self.scheduler.observe(plan, (time.perf_counter() - t0) / self.decode_steps)
+            self.stats.steps += self.decode_steps
+            self.stats.step_s += time.perf_counter() - t0
+            return True
         try:
             out = self._run(rows)
         except Exception as exc:  # noqa: BLE001 - re-run one by one below
@@ -246,6 +269,34 @@ class EngineLoop:
             self.scheduler.observe(plan, time.perf_counter() - t0)
         self.stats.steps += 1
         self.stats.step_s += time.perf_counter() - t0
+        return True
+
+    def _greedy_window(self, plan: StepPlan, rows: list[Row]) -> bool:
+        """Run a greedy decode window for this plan if it applies; True when it ran."""
+        k = self.decode_steps
+        if k < 2 or self._run_greedy is None:
+            return False
+        if not all(sr.kind == RowKind.DECODE and sr.request.kind is RequestKind.GENERATE
+                   and sr.request.plain_greedy for sr in plan.rows):
+            return False
+        try:
+            tokens = self._run_greedy(rows, k)
+        except Exception as exc:  # noqa: BLE001 - the ordinary step below runs these rows again
+            log.warning("a greedy decode window failed (%s: %s); running single steps", type(exc).__name__, exc)
+            return False
+        if tokens is None:
+            return False
+        picked = tokens.tolist()  # the window's one host sync
+        self.stats.host_syncs += 1
+        self.stats.windows += 1
+        for sr, toks in zip(plan.rows, picked):
+            req = sr.request
+            req.steps += k
+            for tok in toks:
+                if req.finished:
+                    break  # stopped inside the window: the rest is dropped
+                self.stats.tokens += 1
+                self._append(req, tok)
         return True
 
     def _postprocess(self, plan: StepPlan, out: StepOutput) -> bool:

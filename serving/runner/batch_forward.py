@@ -34,7 +34,7 @@ from agentctx.serving.runner.packed_attention import ExtendStep, PackedStep, dec
 from agentctx.serving.runner.paged_kv import DocKV, QueryTail
 from agentctx.serving.runner.static_query import BUCKETS, table_width
 
-__all__ = ["Row", "StepOutput", "run_step", "run_rows", "release", "LOGITS"]
+__all__ = ["Row", "StepOutput", "run_step", "run_greedy_steps", "run_rows", "release", "LOGITS"]
 
 # What a row wants back: the last token's logits, every new token's (option scoring), none (a
 # prompt chunk that is not the prompt's last), or "greedy": the last token's logits where they
@@ -141,6 +141,23 @@ def _full_row(logits: torch.Tensor, ids: list[int], vocab: int) -> torch.Tensor:
     row = torch.full((1, vocab), float("-inf"), dtype=torch.float32, device=logits.device)
     row[0, torch.as_tensor(ids, device=logits.device)] = logits.float()
     return row
+
+
+@torch.inference_mode()
+def run_greedy_steps(runner: ModelRunner, rows: list[Row], k: int) -> torch.Tensor | None:
+    """k greedy decode steps of one-token rows in one document's batched static rows, fed on the
+    device (serving/runner/batch_slots.py ``decode_greedy``): their tokens (n, k) on the device, or
+    None where that does not apply (eager mode, a prompt or constrained row, rows in several
+    batches, a tail without room); the caller then runs :func:`run_step`."""
+    if runner.query_mode == "eager" or not rows or len({id(r.tail) for r in rows}) != len(rows):
+        return None
+    if any(len(r.token_ids) != 1 or r.want not in ("last", "greedy") or r.logit_ids is not None for r in rows):
+        return None
+    slots = {id(bs): bs for bs in (_decode_slots(runner, r) for r in rows)}
+    if len(slots) != 1 or None in slots.values():
+        return None
+    bs = next(iter(slots.values()))
+    return bs.decode_greedy([r.tail for r in rows], [r.token_ids[0] for r in rows], k)
 
 
 def release(tail: QueryTail) -> None:

@@ -11,7 +11,7 @@ from agentctx.serving.engine.loop import EngineLoop
 from agentctx.serving.engine.request import Request
 from agentctx.serving.engine.scheduler import Scheduler
 from agentctx.serving.model_loader import load_model
-from agentctx.serving.runner.batch_forward import Row, release, run_step
+from agentctx.serving.runner.batch_forward import Row, release, run_greedy_steps, run_step
 from agentctx.serving.runner.model_runner import ModelRunner
 from tests.factories import TINY_FAMILIES, make_tiny_checkpoint
 from tests.serving.runner_compare import assert_rows_agree
@@ -47,9 +47,11 @@ def test_graph_rows_match_eager_rows(family, dtype, tmp_path):
     assert not any(any(bs.live) for bs in slots)
 
 
-def test_graph_engine_loop_matches_one_at_a_time(tmp_path):
+@pytest.mark.parametrize("window", [1, 4])
+def test_graph_engine_loop_matches_one_at_a_time(tmp_path, window):
     """Eight requests through one engine loop in graph mode: each one's greedy tokens equal the
-    same request run alone through the eager path (fp32), with one host sync per step."""
+    same request run alone through the eager path (fp32), with one host sync per step; with greedy
+    decode windows of 4, one sync per window."""
     torch.backends.cuda.matmul.allow_tf32 = False
     loaded = load_model(make_tiny_checkpoint("gemma3_text", tmp_path), dtype=torch.float32, device="cuda")
     kw = dict(page_size=16, prefill_chunk_tokens=64)
@@ -69,11 +71,15 @@ def test_graph_engine_loop_matches_one_at_a_time(tmp_path):
         return out
 
     want = [alone(*a) for a in agents]
-    loop = EngineLoop(lambda rows: run_step(graph, rows), Scheduler(max_rows=8), device="cuda")
+    loop = EngineLoop(lambda rows: run_step(graph, rows), Scheduler(max_rows=8), device="cuda",
+                      run_greedy=lambda rows, k: run_greedy_steps(graph, rows, k), decode_steps=window)
     reqs = [loop.submit(Request(doc, graph.new_tail(doc), list(p), pages, max_new_tokens=16)) for p, pages in agents]
     for r in reqs:
         list(r.stream)
     loop.shutdown()
     assert [r.output_ids for r in reqs] == want
     assert loop.scheduler.stats.max_rows_seen >= 4
-    assert loop.stats.host_syncs == loop.stats.steps
+    if window == 1:
+        assert loop.stats.host_syncs == loop.stats.steps
+    else:
+        assert loop.stats.windows > 0 and loop.stats.host_syncs < loop.stats.steps

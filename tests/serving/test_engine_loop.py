@@ -386,3 +386,68 @@ def test_a_long_prompt_runs_in_slots_of_its_own(alone, loaded):
     assert pools and all(qs.held_by is None for pool in pools.values() for qs in pool)
     (cap,) = {c for _, c in pools}
     assert cap >= got[0].prompt_tokens + 6 and not st.kv.get("b").long_slots
+
+
+# ---------------------------------------------------------------------------- greedy decode windows
+
+def test_greedy_windows_keep_the_tokens(alone, loaded):
+    """Static rows with greedy decode windows of 4 forwards per sync (the CUDA-graph default): the
+    eager engine's tokens for every request (lengths that are no multiple of the window, a quote
+    constraint and a stop string that keep their steps out of windows), fewer syncs than forwards,
+    and every row given back."""
+    st = _engine(loaded, decode_batch=8, query_mode="static")
+    st.loop.decode_steps = 4
+    want = [alone.generate(r) for r in REQS]
+    got, errors = _concurrently(st.generate, REQS)
+    assert errors == [None] * len(REQS)
+    assert all(_same(g, w) for g, w in zip(got, want))
+    ls = st.loop.stats
+    assert ls.windows > 0 and ls.host_syncs < ls.steps
+    for cid in ("a", "b"):
+        assert not any(any(bs.live) for bs in st.kv.get(cid).batch_slots.values())
+
+
+def _window_run(runner, doc, k: int, stops, prompts):
+    from agentctx.serving.runner.batch_forward import run_greedy_steps
+
+    loop = EngineLoop(lambda rows: run_step(runner, rows), Scheduler(max_rows=8), thread=False,
+                      run_greedy=lambda rows, kk: run_greedy_steps(runner, rows, kk), decode_steps=k)
+    reqs = [loop.submit(Request(doc, runner.new_tail(doc), p, pages, max_new_tokens=n, stop_ids=frozenset(s)))
+            for (p, pages, n), s in zip(prompts, stops)]
+    while loop.step():
+        pass
+    loop.shutdown()
+    return [r.output_ids for r in reqs], [r.finish_reason for r in reqs], loop.stats
+
+
+def test_a_stop_token_inside_a_window_ends_the_request_there(loaded):
+    """A request whose end token comes in the middle of a window stops at it, with the tokens and
+    finish reasons of single steps; the others run on, and their lengths (7, 13: no multiple of
+    the window) end exactly."""
+    st = _engine(loaded, decode_batch=8, query_mode="static")
+    doc = st.kv.get("a")
+    prompts = [([30, 31, 32], (0, 2), 9), ([40, 41], None, 7), ([50, 51, 52, 53], (1, 3, 4), 13)]
+    free, _, _ = _window_run(st.runner, doc, 1, [(), (), ()], prompts)
+    stops = [(free[0][5],), (), (free[2][2],)]
+    want = _window_run(st.runner, doc, 1, stops, prompts)
+    got = _window_run(st.runner, doc, 4, stops, prompts)
+    assert got[0] == want[0] and got[1] == want[1]
+    assert want[1][0] == "stop" and len(want[0][0]) <= 5 and want[1][1] == "length"
+    assert got[2].windows > 0 and got[2].host_syncs < got[2].steps
+    assert not any(any(bs.live) for bs in doc.batch_slots.values())
+
+
+def test_a_window_without_room_runs_single_steps(loaded):
+    """Rows whose tails have no room for a whole window run single steps, with the same tokens."""
+    st = _engine(loaded, decode_batch=8, query_mode="static")
+    st.runner.batch_tail_tokens = 16  # row capacity: a 6-token prompt + 8 tokens leaves no room for 4 more
+    doc = st.kv.get("b")
+    prompts = [([60, 61, 62, 63, 64, 65], (0,), 8), ([70, 71, 72, 73, 74, 75], None, 8)]
+    want = _window_run(st.runner, doc, 1, [(), ()], prompts)
+    got = _window_run(st.runner, doc, 4, [(), ()], prompts)
+    assert got[0] == want[0] and got[1] == want[1]
+
+
+def test_decode_steps_must_be_positive():
+    with pytest.raises(ValueError, match="decode_steps"):
+        EngineLoop(lambda rows: None, Scheduler(max_rows=1), thread=False, decode_steps=0)
