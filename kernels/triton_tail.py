@@ -24,6 +24,8 @@ Tokens of different rows sit far apart in that buffer, so a tile holds one token
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import Tensor
 
@@ -50,6 +52,7 @@ def _slots_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_PAGES: tl.constexpr, SPLIT_OUT: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, PER_TOKEN: tl.constexpr,
+    LOWP_PV: tl.constexpr,
 ):
     kvh = tl.program_id(0)
     mt = tl.program_id(1)
@@ -114,9 +117,13 @@ def _slots_kernel(
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(V + tok[:, None] * stride_vc + kvh * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0)
-        # P stays fp32 (the page kernel rounds it to the KV dtype): these buffers are short, so
-        # the fp32 product is cheap, and it keeps this path as exact as the torch one it replaces.
-        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        if LOWP_PV:
+            # P rounded to the buffers' half dtype, a tensor-core product, as the page kernel does. In
+            # fp32 (below) the product ran on the FMA units: a decode window tile of 16 x 32 x 256 per
+            # step, most of the window kernel's time (16 us a layer on an H100 for 16 agents).
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
         m_i = m_new
 
     has = l_i > 0.0
@@ -145,6 +152,13 @@ def _slots_kernel(
             out = o_page * (w_page * inv)[:, None] + out * (w_own * inv)[:, None]
         tl.store(O + t[:, None] * stride_ot + h[:, None] * stride_oh + offs_d[None, :], out.to(O.dtype.element_ty),
                  mask=io_mask)
+
+
+def _lowp_pv(v: Tensor) -> bool:
+    """Whether P @ V runs in the buffers' half dtype (compiled kernels; the interpreter and fp32
+    buffers keep fp32). ``AGENTCTX_SLOT_PV_FP32=1`` keeps fp32 everywhere (A/B runs)."""
+    return (v.dtype in (torch.float16, torch.bfloat16) and not INTERPRET
+            and os.environ.get("AGENTCTX_SLOT_PV_FP32", "0") != "1")
 
 
 def _block_n(block_d: int, block_m: int) -> int:
@@ -205,7 +219,7 @@ def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, n
         GROUP=group, HQ=hq, D=d, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=num_splits,
         USE_WINDOW=bool(window), HAS_PAGES=has_pages, SPLIT_OUT=split,
         USE_SOFTCAP=use_softcap, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16, PER_TOKEN=per_token,
+        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16, PER_TOKEN=per_token, LOWP_PV=_lowp_pv(v),
         num_warps=8 if block_m * block_d >= 64 * 128 else 4, num_stages=2,
     )
     if split:

@@ -106,3 +106,52 @@ def test_merge_kernel_compiles_for_sm90(D):
     consts = dict(HQ=4, D=D, BLOCK_DR=min(D, 64), BLOCK_S=64)
     kernel = _compile(ta._merge_splits_kernel, types, consts, num_warps=4, num_stages=3)
     assert "ptx" in kernel.asm
+
+
+@pytest.mark.parametrize("lowp_pv", [True, False])
+def test_window_kernel_compiles_for_sm90(lowp_pv):
+    """The slot kernel as a 16-agent Gemma decode step launches it for a sliding layer (per-token tiles,
+    split-K): with P @ V in bf16 its second product is a bf16 tensor-core dot, and nothing spills. With
+    P @ V in fp32 (the kernel before, and fp32 buffers) it spilled 384 bytes at 255 registers."""
+    from agentctx.kernels import tail_tiles
+    from agentctx.kernels import triton_tail as tt
+
+    consts = dict(GROUP=4, HQ=4, D=256, BLOCK_D=256, BLOCK_M=tail_tiles.WINDOW_BLOCK_M, BLOCK_N=tt._block_n(256, 16),
+                  NUM_SPLITS=8, USE_WINDOW=True, HAS_PAGES=False, SPLIT_OUT=True, USE_SOFTCAP=False,
+                  DOT_PRECISION="tf32", UPCAST_DOT=False, PER_TOKEN=True, LOWP_PV=lowp_pv)
+    types = {n: "i32" for n in tt._slots_kernel.arg_names}
+    types.update(Q="*bf16", K="*bf16", V="*bf16", QS="*i64", QB="*i64", OP="*bf16", LP="*fp32", O="*bf16",
+                 OPS="*fp32", LPS="*fp32", qk_scale="fp32", softcap="fp32")
+    kernel = _compile(tt._slots_kernel, types, consts, num_warps=4, num_stages=2)
+    dots = re.findall(r"tt\.dot .*: tensor<\w+x\w+x(\w+)> \* tensor<\w+x\w+x(\w+)>", kernel.asm["ttir"])
+    assert len(dots) == 2, dots
+    assert dots[1] == (("bf16", "bf16") if lowp_pv else ("f32", "f32")), dots
+    report = _ptxas_report(kernel.asm["ptx"])
+    if report is not None and lowp_pv:
+        assert "0 bytes spill stores" in report, report
+
+
+def test_step_kernels_compile_for_sm90():
+    """The decode step's small kernels (act_mul, slot writes, the sandwich residual step) at Gemma's shapes."""
+    from agentctx.kernels import triton_act_mul, triton_add_norm, triton_slot_write
+
+    def types_of(fn, **ptrs):
+        t = {n: "i32" for n in fn.arg_names}
+        t.update(ptrs)
+        return t
+
+    k = _compile(triton_act_mul._act_mul_kernel, types_of(triton_act_mul._act_mul_kernel, GU="*bf16", O="*bf16"),
+                 dict(GELU_TANH=True, BLOCK=1024), num_warps=4, num_stages=1)
+    assert "ptx" in k.asm
+    fn = triton_slot_write._write_slots_kernel
+    k = _compile(fn, types_of(fn, FK="*bf16", FV="*bf16", DST="*i64", K="*bf16", V="*bf16"), dict(BLOCK_D=256),
+                 num_warps=2, num_stages=1)
+    assert "ptx" in k.asm
+    fn = triton_add_norm._add_norm2_kernel
+    for offset in (True, False):
+        k = _compile(fn, types_of(fn, X="*bf16", H="*bf16", W1="*bf16", W2="*bf16", R="*bf16", Y="*bf16",
+                                  eps1="fp32", eps2="fp32"),
+                     dict(HAS_NORM2=True, OFFSET=offset, BLOCK_D=1024), num_warps=4, num_stages=1)
+        report = _ptxas_report(k.asm["ptx"])
+        if report is not None:
+            assert "0 bytes spill stores" in report, report
