@@ -11,8 +11,9 @@
 #                                               # Gemma arch 1M and Llama-8B arch 128K, 16 agents at
 #                                               # 12%, peers alternating; then a profile of this tree
 #   bash scripts/gpu_engine_bench.sh d OUTDIR   # greedy decode windows: 4 forwards per host sync
-#                                               # against 1, same tree, peers alternating (Gemma arch
-#                                               # 1M x3, Llama-8B arch 128K), and head of line with 4
+#                                               # against 1, and the slot kernels' P @ V in fp32
+#                                               # against bf16, same tree, peers alternating (Gemma
+#                                               # arch 1M x2, Llama-8B arch 128K); head of line; profile
 # The "before" peer is a commit's tree unpacked into .old/pkg with its package dirs moved under
 # agentctx/ (so it imports its own code, never this checkout's editable install):
 #   mkdir -p .old/pkg && git archive f7dc6b9 | tar -x -C .old/pkg
@@ -67,16 +68,21 @@ case "$part" in
     timeout 150 python3 bench/experiments/profile_engine_step.py --model gemma3-270m-random --tokens 1048576 \
       --agents 16 > "$out/profile_gemma_1m_16.txt" 2>&1; head -25 "$out/profile_gemma_1m_16.txt" ;;
   d)
-    for run in "gemma3-270m-random 1048576 1" "llama3-8b-random 131072 1" "gemma3-270m-random 1048576 2" \
-               "gemma3-270m-random 1048576 3"; do
+    # Windows of 4 against 1 (and, at 4, the slot kernels' P @ V in fp32 against bf16), peers alternating.
+    for run in "gemma3-270m-random 1048576 1" "llama3-8b-random 131072 1" "gemma3-270m-random 1048576 2"; do
       set -- $run
-      for k in 1 4; do
-        name="${1%%-*}_${2}_window${k}_$3"
-        timeout 120 python3 $b --model $1 --tokens $2 --agents 16 --budgets 0.12 --peers union --new-tokens 32 \
-          --doc-kv random --decode-steps $k --out "$out/$name.json" 2>&1 | tail -1 | tee "$out/$name.log"
+      for cfg in "1 0" "4 0" "4 1"; do
+        set -- $run $cfg
+        [ "$1" = llama3-8b-random ] && [ "$5" = 1 ] && continue
+        name="${1%%-*}_${2}_window${4}_pvfp32${5}_$3"
+        AGENTCTX_SLOT_PV_FP32=$5 timeout 120 python3 $b --model $1 --tokens $2 --agents 16 --budgets 0.12 \
+          --peers union --new-tokens 32 --doc-kv random --decode-steps $4 --out "$out/$name.json" 2>&1 | tail -1 \
+          | tee "$out/$name.log"
       done
     done
     timeout 150 python3 $b --model gemma3-270m-random --tokens 131072 --agents 4,16 --budgets 0.12 \
-      --peers union --hol --hol-tokens 32768 --out "$out/hol_gemma_128k.json" 2>&1 | tail -4 | tee "$out/hol.log" ;;
+      --peers union --hol --hol-tokens 32768 --out "$out/hol_gemma_128k.json" 2>&1 | tail -4 | tee "$out/hol.log"
+    timeout 120 python3 bench/experiments/profile_engine_step.py --model gemma3-270m-random --tokens 1048576 \
+      --agents 16 > "$out/profile_gemma_1m_16.txt" 2>&1; head -16 "$out/profile_gemma_1m_16.txt" ;;
   *) echo "part a, b, c or d" >&2; exit 2 ;;
 esac
