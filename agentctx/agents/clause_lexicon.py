@@ -27,7 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "normalize", "title_matches", "body_evidence", "legal_voice"]
+__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "MAY_END", "normalize", "title_matches",
+           "body_evidence", "legal_voice"]
 
 
 def _rx(*patterns: str) -> tuple[re.Pattern, ...]:
@@ -57,6 +58,11 @@ PARTY_ROLES = frozenset("""licensor licensee licensors licensees you your recipi
                                             "original contributor", "the licensor", "the licensee"}
 
 _DAYS = r"(?:\w+[\s-]+)?\(?\d+\)?\s*(?:business\s+|calendar\s+)?days?"
+# "may debit (or withhold) administrative fees from the fund", "deducts its commission from each payment"
+FEE_TAKEN = r"\b(?:debit|deduct|withhold|retain|collect)s?\b[^.;]{0,40}\b(?:fees?|commissions?)\b[^.;]{0,60}\bfrom\b"
+# "either party may end this agreement", "you may end the agreement written out in these terms"
+MAY_END = (r"\bmay\s+(?:\w+\s+){0,2}end\s+(?:this|these|the|our|your|its)\s+(?:\w+\s+){0,2}"
+            r"(?:agreement|licen[cs]e|contract|terms|relationship|subscription)\b")
 
 LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
     KindLexicon(
@@ -70,13 +76,20 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\bbetween\s+you\b",
             # an offer-form opening: "Licensor is willing to license the Software to you on these terms"
             r"\b(?:is|are)\s+willing\s+to\s+(?:grant|licen[cs]e|provide|offer|sell|supply|make)\b[^.;]{0,60}\byou\b",
+            # a plain-language acceptance that names the other side: "you must agree to these terms with X"
+            r"\bagree(?:s|ing)?\s+to\s+(?:these|this|the)\s+(?:\w+\s+){0,2}(?:terms|agreement|conditions)\s+with\b",
         ),
         weak=_rx(r"\b(?:hereinafter|referred\s+to\s+as)\b", r"\beach\s+a\s+[\"\u201c]?party\b"),
         negative=_rx(r"\borgani[sz]ed\s+(?:and\s+existing\s+)?under\s+the\s+laws\b", r"\bintends?\s+that\b",
                      r"\bincorporated\s+(?:in|under)\b",
                      # the integration clause ("the entire agreement between you and X and supersedes ...")
                      # names both sides but is not where they are named
-                     r"\bentire\s+(?:agreement|understanding|terms)\b", r"\bsupersedes?\b"),
+                     r"\bentire\s+(?:agreement|understanding|terms)\b", r"\bsupersedes?\b",
+                     # its plain-language wordings: "these terms embody all the terms of agreement between you
+                     # and X", "entirely replace any other agreements"
+                     r"\bembod(?:y|ies)\s+(?:all|the\s+(?:entire|whole|complete))\b",
+                     r"\breplaces?\s+(?:any|all)\s+(?:other|prior|previous|earlier)\s+(?:\w+\s+)?(?:agreements?|"
+                     r"understandings?)\b"),
     ),
     KindLexicon(
         "term",
@@ -121,6 +134,9 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\bpayment\s+(?:terms?|is\s+due|shall\s+be\s+made|of\s+(?:the\s+)?fees)\b",
             # "Payment of the purchase price shall be made ...": the duty named by what is paid
             r"\bpayment\s+of\s+(?:the\s+)?(?:\w+\s+){1,3}(?:shall|will|must)\s+be\s+made\b",
+            # a sponsor, agent or platform paid by keeping its fee out of the money it handles: "may debit
+            # administrative fees from the fund", "deducts its commission from each sale"
+            FEE_TAKEN,
         ),
         weak=_rx(r"\bfees?\b", r"\bprice\b", r"\bcharges?\b", r"\btax(?:es)?\b", r"\brefund\b"),
         negative=_rx(r"\broyalty[- ]free\b", r"\bfree\s+of\s+charge\b", r"\bno[- ]charge\b",
@@ -128,12 +144,15 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
                      r"\bwithout\s+(?:the\s+)?payment\b", r"\bat\s+no\s+(?:cost|charge)\b", r"\bcharge\s+a\s+fee\b",
                      r"\bcopying\s+fee\b", r"\battorneys?'?\s+fees\b", r"\blegal\s+fees\b",
                      r"\binsurance\b", r"\brecruitment\s+fee\b",
-                     r"\bpay\b[^.;]{0,40}\b(?:damages|settlements?|costs\s+and\s+damages)\b"),
+                     r"\bpay\b[^.;]{0,40}\b(?:damages|settlements?|costs\s+and\s+damages)\b",
+                     # bookkeeping named in a list of activities, not a duty to pay
+                     r"\baccounts?\s+(?:payable|receivable)\b"),
         title_negative=_rx(r"\binsurance\b", r"\bdefinitions?\b"),
     ),
     KindLexicon(
         "termination",
-        title=_rx(r"\bterminat", r"\bcancell?ation\b"),
+        title=_rx(r"\bterminat", r"\bcancell?ation\b",
+                  r"\bend(?:ing)?\s+(?:of\s+)?(?:the|this|our)\s+(?:agreement|relationship|contract)\b"),
         strong=_weighted(
             r"\bmay\s+(?:\w+\s+){0,2}terminate\b",
             r"\b(?:will|shall)\s+(?:\w+\s+){0,2}terminate\b",
@@ -146,6 +165,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             # "shall be entitled to summarily terminate", "entitled ... to: cancel these Use Terms"
             r"\b(?:entitled|permitted)\s+to\s+(?:\w+\s+)?(?:terminate|cancel)\b",
             r"\bcancel\s+(?:this|these|the)\s+(?:agreement|licen[cs]e|contract|(?:use\s+)?terms)\b",
+            # plain-language drafting ends the agreement: "either you or the company may end the agreement"
+            MAY_END,
         ),
         weak=_rx(r"\bupon\s+termination\b", r"\btermination\b", r"\bmaterial\s+breach\b"),
         negative=_rx(r"\bsurviv", r"\bforce\s+majeure\b", r"\binstallation\s+process\b",
@@ -202,7 +223,11 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\bnon-?disclosure\b",
         ),
         weak=_rx(r"\bconfidential\b", r"\bdisclos"),
-        negative=_rx(r"\bnon-?confidential\b", r"\bbenchmark"),
+        negative=_rx(r"\bnon-?confidential\b", r"\bbenchmark",
+                     # account security ("keep your password secret") guards the user's own access, not the
+                     # other side's information
+                     r"\b(?:passwords?|passphrases?|credentials|api\s+keys?|access\s+tokens?|"
+                     r"log-?in\s+(?:details|information))\b"),
         title_negative=_rx(r"\bdefinitions?\b", r"\bglossary\b"),
     ),
     KindLexicon(

@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .clause_lexicon import FEE_TAKEN, MAY_END
+
 __all__ = ["OperativeLexicon", "OPERATIVE", "CORE_BONUS", "MAX_CORE", "RELATED_PENALTY", "operative_adjustment"]
 
 CORE_BONUS = 0.75
@@ -93,6 +95,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             # the price of a sale: "agrees to purchase ... at a price of $0.01 per share, for an aggregate
             # purchase price of ..." (stock, asset and supply agreements state the duty to pay this way)
             r"\bagrees?\s+to\s+(?:purchase|buy)\b[^.;]{0,200}\b(?:at\s+a\s+price|(?:aggregate\s+)?purchase\s+price)\b",
+            FEE_TAKEN,  # the fee kept out of the money handled: how a sponsor or an agent is paid
         ),
         related=_rx(
             r"\bdisput(?:e|es|ed|ing)\b", r"\blate\s+(?:payments?|fees?|charges?)\b", r"\boverdue\b",
@@ -113,6 +116,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"fails?\s+to\s+comply|insolven|bankrupt|liquidation|judicial\s+management|winding[\s-]up|receivership|"
             r"compromise\s+with\s+(?:its\s+)?creditors|for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|"
             r"without\s+cause)",
+            MAY_END,  # "either you or the company may end the agreement at any time"
         ),
         related=_rx(
             r"\b(?:upon|on|after|following)\s+(?:the\s+|any\s+)?(?:expiration|expiry|termination)\b",

@@ -148,3 +148,43 @@ def test_an_offer_form_opening_names_the_sides():
             "2. **Entire Agreement**. This Beta Agreement is the entire agreement between you and Lumen Labs about "
             "the beta release and supersedes all earlier discussions.\n")
     assert _best(text, "parties").startswith("Because you would like")
+
+
+def test_plain_language_terms_name_the_sides_in_their_acceptance_and_end_the_agreement():
+    """Plain-language terms say "agree to these terms with X" for the sides and "may end the agreement" for
+    termination; their integration clause ("these terms embody all the terms of agreement between you and
+    X") is not where the sides are named."""
+    text = ("To join the forum, you must agree to these terms with Birchwood Clubs, the club that hosts it.\n\n"
+            "# Your Posts\n\n"
+            "- Between you and the club, you own what you post.\n\n"
+            "# Ending Our Agreement\n\n"
+            "- You or the club may end the agreement in these terms at any time.  When it ends, your access ends "
+            "too.\n\n"
+            "# Odds and Ends\n\n"
+            "- These terms embody all the terms of agreement between you and the club about the forum, and "
+            "entirely replace any other agreements about it.\n")
+    assert _best(text, "parties").startswith("To join the forum, you must agree to these terms with")
+    assert _best(text, "termination").lstrip("- ").startswith("You or the club may end the agreement")
+
+
+def test_keeping_a_password_secret_is_no_confidentiality_clause():
+    text = ("# Your Login\n\n"
+            "- You agree to choose a strong password for your profile, and keep it secret.\n\n"
+            "# Conduct\n\n"
+            "- You may not post anything unlawful.\n")
+    assert not draw_candidates(parse_structure(text), "confidentiality").found
+
+
+def test_a_fee_kept_out_of_the_funds_handled_is_the_payment_term_not_a_bookkeeping_list():
+    """A sponsor or an agent is paid by keeping its fee out of the money it handles; "accounts payable"
+    in a list of activities is bookkeeping, not a duty to pay."""
+    text = ("# Hosting Arrangement\n\n"
+            "## Activities\n\n"
+            "The Host will carry on these activities for the Group:\n\n"
+            "- Event planning\n"
+            "- Accounts payable and receivable\n"
+            "- Grant reporting\n\n"
+            "## Money\n\n"
+            "The Host may deduct a service fee of 5% from each donation it receives for the Group, as payment "
+            "for its work.\n")
+    assert _best(text, "payment").startswith("The Host may deduct a service fee")
