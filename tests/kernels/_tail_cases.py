@@ -133,7 +133,11 @@ def run_tail_case(spec: dict, device: str) -> None:
         def err(x):
             return ((x.double().cpu() - exact).norm() / exact.norm()).item()
 
-        assert err(got) <= 1.25 * err(want) + 1e-6, f"kernel err {err(got):.3g} vs torch path {err(want):.3g}"
+        # Compiled, the kernel rounds the probabilities to the buffers' dtype for the tensor-core P @ V
+        # (kernels/triton_tail.py LOWP_PV, as the page and union kernels do; seen up to 1.3x here); the
+        # interpreter keeps them in fp32.
+        slack = 2.0 if device != "cpu" else 1.25
+        assert err(got) <= slack * err(want) + 1e-6, f"kernel err {err(got):.3g} vs torch path {err(want):.3g}"
 
 
 def _exact(spec, q, k, v, slots, o_pages, lse, scale, cap, q_base=None) -> torch.Tensor:
