@@ -186,7 +186,9 @@ def _launch(q, k, v, q_slots, off, window, o_pages, lse_pages, scale, softcap, n
     for name, x in (("q", q), ("k", k), ("v", v), ("o_pages", o_pages)):
         if x is not None and x.stride(-1) != 1:
             raise ValueError(f"triton slot attention: {name} needs unit stride on the head dim")
-    out = torch.empty_like(q)
+    # Contiguous whatever q's layout: the decode step hands over q as a (T, H, D) view of a heads-first
+    # tensor, and an output in that permuted layout cost a copy per layer when transformers reshaped it.
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     rows = tq * group
     if rows == 0:
         return out

@@ -70,8 +70,12 @@ def tail_cases(small: bool = True) -> dict[str, dict]:
         cases[f"rows-window-{dt}-hq{hq}-hkv{hkv}"] = dict(
             dtype=dt, Hq=hq, Hkv=hkv, D=d, Tq=5, C=24 + 40, rows=True, lens=[0, 3, 39, 17, 8], base=0,
             window=32, offset=24, seed=90 + i)
+    # q as the decode step hands it over: a (T, H, D) view of a heads-first (1, H, T, D) tensor.
     cases["rows-window-split"] = dict(dtype="bf16", Hq=4, Hkv=1, D=256, Tq=16, C=512 + 64, rows=True,
-                                      lens=[i * 4 for i in range(16)], base=0, window=512, offset=512, seed=99)
+                                      lens=[i * 4 for i in range(16)], base=0, window=512, offset=512, seed=99,
+                                      q_heads_first=True)
+    cases["rows-heads-first-q"] = dict(dtype="fp32", Hq=8, Hkv=2, D=64, Tq=5, C=40, rows=True,
+                                       lens=[0, 3, 39, 17, 8], base=0, seed=98, q_heads_first=True)
     return cases
 
 
@@ -100,6 +104,8 @@ def run_tail_case(spec: dict, device: str) -> None:
     else:
         slots = torch.arange(spec["base"], spec["base"] + tq, device=device)
     q, tk, tv = rnd(tq, hq, d), rnd(c, hkv, d), rnd(c, hkv, d)
+    if spec.get("q_heads_first"):
+        q = rnd(hq, tq, d).transpose(0, 1)
     o_pages = rnd(tq, hq, d)
     lse = (torch.randn(tq, hq, generator=g) * 2 + spec.get("page_lse", 0.0)).to(device)
     if spec.get("empty_pages"):
@@ -120,6 +126,7 @@ def run_tail_case(spec: dict, device: str) -> None:
         attend_tail_merged(*args, impl="torch", q_base=q_base)
         want, got = attend_tail_merged_reference(*args, q_base=q_base), triton_tail_merged(*args, q_base=q_base)
     assert got.shape == want.shape and got.dtype == want.dtype
+    assert got.is_contiguous(), got.stride()  # whatever q's layout (a permuted one cost a copy per layer)
     assert torch.isfinite(got.float()).all(), "non-finite output"
     rel = ((got.float() - want.float()).norm() / want.float().norm()).item()
     assert rel <= _TOL[spec["dtype"]], f"rel err {rel:.3g}"
