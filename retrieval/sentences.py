@@ -87,13 +87,32 @@ def is_heading_line(line: str) -> bool:
     return caps / len(words) >= 0.6
 
 
+# A clause heading run into the line before it. Text converted from a PDF (filings as plain text) often
+# joins a page's paragraphs into one line and writes each paragraph break as a run of spaces: "... this
+# Section.     ARTICLE VIII  TERM AND TERMINATION     Section 8.01 Effective Date. This Agreement ...".
+# Such a run opens a new line where what follows is an article ("ARTICLE VIII") or a numbered section
+# with a capitalised title ("Section 8.01 Effective Date"), and what precedes it ends a sentence or a
+# clause (". : ; )") or is an ALL-CAPS heading word. A wrapped line's run before a cross-reference ("as
+# provided in         Section 14.3 of this Agreement") is not one: no capitalised title follows it.
+_RUN_IN_HEADING = re.compile(
+    r"""(?:(?<=[.:;)\]"'\u201d])|(?<=[A-Z]{2}))[ \t]{3,}
+        (?=(?:ARTICLE|Article)[ \t]+(?:[IVXLC]{1,6}|\d{1,3})\b
+         |(?:SECTION|Section)[ \t]+\d{1,3}(?:\.\d{1,3}){0,3}\.?[ \t]+[A-Z][a-z])""",
+    re.VERBOSE,
+)
+
+
 def _lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
     out = []
     pos = start
     for m in _LINE.finditer(text, start, end):
         if m.start() == m.end():
             break
-        out.append((m.start(), m.end()))
+        ls, le = m.start(), m.end()
+        for run in _RUN_IN_HEADING.finditer(text, ls, le):
+            out.append((ls, run.end()))
+            ls = run.end()
+        out.append((ls, le))
         pos = m.end()
     if pos < end:
         out.append((pos, end))

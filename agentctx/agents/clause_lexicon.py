@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "MAY_END", "normalize", "title_matches",
-           "body_evidence", "legal_voice"]
+__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "MAY_END", "PASSIVE_NONDISCLOSURE", "normalize",
+           "title_matches", "body_evidence", "legal_voice"]
 
 
 def _rx(*patterns: str) -> tuple[re.Pattern, ...]:
@@ -63,6 +63,11 @@ FEE_TAKEN = r"\b(?:debit|deduct|withhold|retain|collect)s?\b[^.;]{0,40}\b(?:fees
 # "either party may end this agreement", "you may end the agreement written out in these terms"
 MAY_END = (r"\bmay\s+(?:\w+\s+){0,2}end\s+(?:this|these|the|our|your|its)\s+(?:\w+\s+){0,2}"
             r"(?:agreement|licen[cs]e|contract|terms|relationship|subscription)\b")
+# A non-disclosure duty in the passive voice ("Confidential Information shall not be disclosed to any third
+# party", "... shall not be used or disclosed", "... shall not be disclosed, used or reproduced"): the
+# information is the subject, not the recipient. Shared with the operative rules.
+PASSIVE_NONDISCLOSURE = (r"\b(?:shall|will|must|may)\s+not\s+be\s+(?:[\w-]+,?\s+(?:(?:or|and)\s+)?){0,3}?"
+                         r"(?:disclosed|divulged|revealed)\b")
 
 LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
     KindLexicon(
@@ -219,6 +224,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\bconfidential\s+information\b[^.;]{0,160}\b(?:shall|will|must|may)\b",
             r"\b(?:keep|hold|maintain|treat|protect)\b[^.;]{0,80}\b(?:confidential|in\s+confidence|secret)\b",
             r"\b(?:not|never)\s+(?:to\s+)?(?:use\s+or\s+)?disclose\b",
+            # the duty in the passive: "Proprietary Information shall not be disclosed, used or reproduced"
+            PASSIVE_NONDISCLOSURE,
             r"\bconfidentiality\s+obligations?\b",
             r"\bnon-?disclosure\b",
         ),

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .clause_lexicon import FEE_TAKEN, MAY_END
+from .clause_lexicon import FEE_TAKEN, MAY_END, PASSIVE_NONDISCLOSURE
 
 __all__ = ["OperativeLexicon", "OPERATIVE", "CORE_BONUS", "MAX_CORE", "RELATED_PENALTY", "operative_adjustment"]
 
@@ -149,6 +149,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\b(?:hold|keep|treat)\b[^.;]{0,60}\b(?:in\s+(?:the\s+)?(?:strict(?:est)?\s+)?confidence|"
             r"as\s+(?:strictly\s+)?confidential|secret)\b",
             r"\b(?:will|shall|must|agrees?\s+to)\s+not\s+\(\w{1,4}\)\s+(?:use|disclose)\b",
+            PASSIVE_NONDISCLOSURE,  # "Confidential Information shall not be disclosed ..."
         ),
         related=_rx(
             # a supplement to a duty stated before it ("In addition, ...", "Without limiting the foregoing, ...")

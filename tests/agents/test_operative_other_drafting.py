@@ -188,3 +188,21 @@ def test_a_fee_kept_out_of_the_funds_handled_is_the_payment_term_not_a_bookkeepi
             "The Host may deduct a service fee of 5% from each donation it receives for the Group, as payment "
             "for its work.\n")
     assert _best(text, "payment").startswith("The Host may deduct a service fee")
+
+
+def test_a_non_disclosure_duty_in_the_passive_is_the_confidentiality_clause():
+    """The information as the subject ("Confidential Information shall not be disclosed ..."): the duty all
+    the same, not the definition before it nor the standard of care after it."""
+    text = ("8. Non-Disclosure\n\n"
+            "All pricing and product plans that the Supplier shares with the Dealer are confidential to the "
+            "Supplier (the \"Restricted Data\"). Restricted Data shall not be copied, used or disclosed to any "
+            "third party except to perform this arrangement. The Dealer will apply reasonable care to protect "
+            "Restricted Data.\n")
+    assert _best(text, "confidentiality").startswith("Restricted Data shall not be copied, used or disclosed")
+
+
+def test_a_passive_disclosure_permission_is_not_the_duty():
+    """Only "shall not be disclosed" is the duty; a permission ("may be disclosed to auditors") is not."""
+    text = ("4. Records\n\n"
+            "The Dealer's sales reports may be disclosed to the Supplier's auditors on request.\n")
+    assert not draw_candidates(parse_structure(text), "confidentiality").found

@@ -1,0 +1,56 @@
+"""retrieval.structure on plain text converted from a PDF whose paragraph breaks became runs of spaces on one
+line (filings published as text do this). The snippets are synthetic (written for these tests, not copied from a
+dev document or a filing).
+"""
+
+from __future__ import annotations
+
+from agentctx.agents.clause_candidates import draw_candidates
+from agentctx.retrieval.sentences import blocks
+from agentctx.retrieval.structure import parse_structure
+
+# One physical line per page: the article heading, its sections and their paragraphs run together, each break
+# written as five spaces, each wrapped line as two.
+_COLLAPSED = (
+    "SERVICES AGREEMENT\n\n"
+    "     This Services Agreement is made by and between Alder Corp. (the \"Client\") and Birch LLC (the "
+    "\"Vendor\").     ARTICLE IV  FEES     Section 4.01 Fees. The Client will pay the Vendor the fees set out "
+    "in Schedule 1 within thirty days of each invoice.     Section 4.02 Taxes. Each party bears its own taxes."
+    "     ARTICLE V  SECRECY     Section 5.01 Secret Information. All business information that one party "
+    "gives the  other is secret information of the giving party. Secret information so given shall not be "
+    "divulged, copied or used  except to carry out this Agreement.     Section 5.02 Term. This Agreement "
+    "begins on the date above and  continues for two years.\n"
+)
+
+
+def _names(text: str) -> list[str]:
+    return [s.name for s in parse_structure(text).sections]
+
+
+def test_a_run_of_spaces_before_an_article_or_a_titled_section_opens_it():
+    names = _names(_COLLAPSED)
+    for name in ("ARTICLE IV FEES", "Section 4.01 Fees", "Section 4.02 Taxes", "ARTICLE V SECRECY",
+                 "Section 5.01 Secret Information", "Section 5.02 Term"):
+        assert name in names, names
+    st = parse_structure(_COLLAPSED)
+    sec = next(s for s in st.sections if s.name == "Section 5.01 Secret Information")
+    assert st.sections[sec.parent].name == "ARTICLE V SECRECY"
+
+
+def test_a_wrapped_lines_run_before_a_cross_reference_is_no_break():
+    """A hard-wrapped paragraph joined into one line keeps its wrap as a run of spaces; "Section 9.2 of this
+    Agreement" after it is a reference (no capitalised title follows, and the words before it run on)."""
+    text = ("7.1     Release. The Vendor may release the materials to the Client as provided in         "
+            "Section 9.2 of this Agreement, and the Client will hold them as set out in         Section 3 "
+            "hereof.\n")
+    assert len(blocks(text)) == 1
+    assert _names(text) == ["7.1 Release"]
+
+
+def test_the_confidentiality_heading_lifts_its_passive_duty_in_the_collapsed_layout():
+    st = parse_structure(_COLLAPSED)
+    dec = draw_candidates(st, "confidentiality")
+    assert dec.found
+    cited = " ".join(_COLLAPSED[dec.best.start:dec.best.end].split())
+    assert cited.startswith("Secret information so given shall not be divulged")
+    assert dec.best.section_name.endswith("Section 5.01 Secret Information")
