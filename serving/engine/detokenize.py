@@ -29,6 +29,10 @@ class TextStream:
         """Take new tokens; True when a stop string ended the text."""
         if self.stopped:
             return True
+        if self.stops and len(token_ids) > 1:
+            # A burst (a greedy decode window's tokens): one at a time, so the ids end with the token
+            # that completed a stop string, as they do when tokens arrive one by one.
+            return any(self.add((t,)) for t in token_ids)
         self.ids.extend(token_ids)
         if not self.live:
             return False

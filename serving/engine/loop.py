@@ -292,11 +292,13 @@ class EngineLoop:
         for sr, toks in zip(plan.rows, picked):
             req = sr.request
             req.steps += k
+            burst: list[int] = []  # the window's tokens reach the caller as one event
             for tok in toks:
                 if req.finished:
                     break  # stopped inside the window: the rest is dropped
                 self.stats.tokens += 1
-                self._append(req, tok)
+                self._append(req, tok, burst)
+            self._flush(req, burst)
         return True
 
     def _postprocess(self, plan: StepPlan, out: StepOutput) -> bool:
@@ -355,17 +357,30 @@ class EngineLoop:
             req.finish_scores()
         return done
 
-    def _append(self, req: Request, tok: int) -> None:
+    def _append(self, req: Request, tok: int, burst: list[int] | None = None) -> None:
+        """Take one sampled token: stop, or keep it and hand it to the caller (with ``burst``: gather
+        it there, handed over by :meth:`_flush`, before any finish event)."""
         if req.first_token_at is None:
             req.first_token_at = time.perf_counter()
         stops = tok in req.stop_ids and not req.ignore_eos
         if stops or (req.constraint is not None and not req.constraint.advance(tok)):
+            self._flush(req, burst)
             self._end(req, reason="stop")
             return
         req.output_ids.append(tok)
-        req.stream.put(StreamEvent((tok,)))
+        if burst is None:
+            req.stream.put(StreamEvent((tok,)))
+        else:
+            burst.append(tok)
         if len(req.output_ids) >= req.max_new_tokens:
+            self._flush(req, burst)
             self._end(req, reason="length")  # the last token's forward is never run
+
+    @staticmethod
+    def _flush(req: Request, burst: list[int] | None) -> None:
+        if burst:
+            req.stream.put(StreamEvent(tuple(burst)))
+            burst.clear()
 
     def _fail(self, sr: ScheduledRow, exc: BaseException) -> None:
         self.stats.failed_rows += 1
