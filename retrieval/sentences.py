@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Block", "blocks", "sentences", "sentence_spans", "is_heading_line"]
+__all__ = ["Block", "blocks", "sentences", "sentence_spans", "is_heading_line", "html_visible", "HTML_TAG", "HTML_TAIL"]
 
 # A line that opens a new item: clause numbers ("1.", "8.1", "12.3.4)"), bracketed
 # letters or romans ("(a)", "a)", "(iv)"), bullets, Markdown headings, "ARTICLE 5"/"Section 2".
@@ -102,6 +102,26 @@ _RUN_IN_HEADING = re.compile(
 )
 
 
+# An agreement published as the HTML of a web page ("<li><span>11.2</span>The Province may terminate ...</li>"
+# on a line of its own, "<ul>" and "</li>" on lines of their own): the markup is layout. A line that opens with
+# a block element starts a block, as a clause number does; a line of tags only (no visible text) separates
+# blocks, as a rule line does; whether a line is a title is judged on its visible text ("<header>11.
+# <u>TERMINATION</u></header>" is "11. TERMINATION"). Only HTML element names count: "<program>",
+# "<name of author>" and "<https://...>" in a licence are text.
+_HTML_INLINE_TAGS = "span|u|b|i|em|strong|a|small|sup|sub|font|code|br|hr|img"
+_HTML_BLOCK_TAGS = ("p|li|ul|ol|dl|dt|dd|div|section|article|header|footer|h[1-6]|table|thead|tbody|tfoot|tr|td|th"
+                    "|blockquote|main|nav|aside|center")
+HTML_TAG = re.compile(rf"</?(?:{_HTML_BLOCK_TAGS}|{_HTML_INLINE_TAGS})\b[^<>\n]{{0,200}}?/?>", re.I)
+# Closing tags after a sentence's last word ("... for the Services.</li>"): the sentence has ended.
+HTML_TAIL = rf"(?:</(?:{_HTML_BLOCK_TAGS}|{_HTML_INLINE_TAGS})>[ \t]*)*"
+_HTML_LINE = re.compile(rf"[ \t]*</?(?:{_HTML_BLOCK_TAGS})\b[^<>\n]{{0,200}}?/?>", re.I)
+
+
+def html_visible(line: str) -> str:
+    """``line`` without its HTML tags (when it opens with a block element), else ``line`` as it is."""
+    return HTML_TAG.sub("", line) if _HTML_LINE.match(line) else line
+
+
 def _lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
     out = []
     pos = start
@@ -133,7 +153,7 @@ _CONTINUES = frozenset(
 )
 
 
-def _heading_in_context(line: str, prev: str | None, nxt: str | None) -> bool:
+def _heading_in_context(line: str, prev: str | None, nxt: str | None, nxt_opens: bool = False) -> bool:
     """``is_heading_line`` plus what hard-wrapped text needs: a title stands alone.
 
     A Title-Case line inside a wrapped paragraph ("Attribution 4.0 International Public
@@ -150,7 +170,7 @@ def _heading_in_context(line: str, prev: str | None, nxt: str | None) -> bool:
         return False
     if nxt is not None and nxt.strip()[:1].islower():
         return False
-    if nxt is not None and len(s) > 55 and not _ITEM_START.match(nxt):
+    if nxt is not None and len(s) > 55 and not (nxt_opens or _ITEM_START.match(nxt)):
         return False  # a long line whose paragraph goes on: the first line of a wrapped sentence
     if prev is not None:
         p = prev.rstrip()
@@ -170,17 +190,21 @@ def blocks(text: str) -> list[Block]:
         cur_heading = False
         for i, (ls, le) in enumerate(lines):
             line = text[ls:le]
-            if not any(c.isalnum() for c in line):  # a rule, an underline, a box border: ends a block
+            markup = _HTML_LINE.match(line) is not None
+            if not any(c.isalnum() for c in (html_visible(line) if markup else line)):
+                # a rule, an underline, a box border, a line of HTML tags only: ends a block
                 if cur is not None:
                     s, e = _trim(text, *cur)
                     out.append(Block(s, e, cur_heading))
                 cur, cur_heading = None, False
                 continue
-            prev = text[slice(*lines[i - 1])] if i else None
-            nxt = text[slice(*lines[i + 1])] if i + 1 < len(lines) else None
-            heading = _heading_in_context(line, prev, nxt)
-            # A new block starts at an item marker, at a heading line, and after a heading line.
-            if cur is None or heading or cur_heading or _ITEM_START.match(line):
+            prev = html_visible(text[slice(*lines[i - 1])]) if i else None
+            nxt = html_visible(text[slice(*lines[i + 1])]) if i + 1 < len(lines) else None
+            nxt_opens = i + 1 < len(lines) and _HTML_LINE.match(text[slice(*lines[i + 1])]) is not None
+            heading = _heading_in_context(html_visible(line), prev, nxt, nxt_opens)
+            # A new block starts at an item marker, at a heading line, after a heading line, and at a line that
+            # opens with an HTML block element.
+            if cur is None or heading or cur_heading or _ITEM_START.match(line) or markup:
                 if cur is not None:
                     s, e = _trim(text, *cur)
                     if e > s:

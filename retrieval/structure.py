@@ -43,7 +43,7 @@ from .section_markers import (
     _unbox,
 )
 from .section_tree import Section, _innermost, _nest
-from .sentences import Block, blocks, sentence_spans
+from .sentences import Block, blocks, html_visible, sentence_spans
 
 __all__ = ["Section", "Unit", "DefinedTerm", "DocumentStructure", "parse_structure", "structure_of"]
 
@@ -59,10 +59,12 @@ _DEFINES = [
     ("means", re.compile(rf"(?m)^[ \t]*{_Q1}{_TERM}{_Q2}[ \t]+[-\u2013\u2014:][ \t]+")),
     ("means", re.compile(rf"[\u2014\u2013][ \t]*{_Q1}{_TERM}{_Q2}[ \t]*:")),
     # emphasis around the quotes ("(the **\"Agreement\"**)", "(**\u201cCustomer\u201d**)") is Markdown markup
-    ("inline", re.compile(rf"\(\s*(?:the\s+|each\s+(?:a|an)\s+|together\s+(?:the\s+)?|collectively\s+(?:the\s+)?|"
+    # "(a \"Bidder\")" defines a role with the indefinite article
+    ("inline", re.compile(rf"\(\s*(?:the\s+|an?\s+|each\s+(?:a|an)\s+|together\s+(?:the\s+)?|"
+                          rf"collectively\s+(?:the\s+)?|"
                           rf"hereinafter\s+(?:referred\s+to\s+as\s+)?(?:the\s+)?|referred\s+to\s+as\s+(?:the\s+)?)?"
                           rf"[*_]{{0,3}}{_Q1}{_TERM}{_Q2}[*_]{{0,3}}\s*\)")),
-    ("inline", re.compile(rf"referred\s+to\s+as\s+(?:the\s+)?{_Q1}{_TERM}{_Q2}")),
+    ("inline", re.compile(rf"referred\s+to\s+(?:below\s+|herein\s+|hereafter\s+)?as\s+(?:the\s+)?{_Q1}{_TERM}{_Q2}")),
     ("inline", re.compile(rf"\b(?:each|individually|together|collectively)\s+(?:a|an|the)?\s*{_Q1}{_TERM}{_Q2}")),
 ]
 
@@ -220,8 +222,8 @@ def parse_structure(text: str, max_sentence_chars: int = 1500) -> DocumentStruct
                 and (re.search(r"[.!?][\"'\u201d\u2019)\]]$", line) or line[:1].islower()):
             heading = False  # the end of a quotation ("... NVIDIA\n Corporation.\u201d") is no title
         if heading and _is_title_text(line.split("\n", 1)[0]):
-            title = _HTML_TAG.sub("", text[s + (mk[3] if mk else 0):e]).strip().strip("*_# ").strip().rstrip(".:") \
-                .strip("*_ ")
+            title = _HTML_TAG.sub("", html_visible(text[s + (mk[3] if mk else 0):e])).strip().strip("*_# ").strip() \
+                .rstrip(".:").strip("*_ ")
             if mk is None and not starts and not seen_body:
                 title_lines.append(title)  # the document's title lines, before anything else
                 continue

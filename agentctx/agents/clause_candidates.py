@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from agentctx.agents.clause_lexicon import LEXICON, PARTY_ROLES, body_evidence, legal_voice, normalize, title_matches
 from agentctx.agents.clause_operative import operative_adjustment
+from agentctx.retrieval.sentences import HTML_TAG, HTML_TAIL
 from agentctx.retrieval.structure import DocumentStructure, Unit
 
 __all__ = ["Candidate", "KindDecision", "TITLE_WEIGHT", "THRESHOLDS", "RETRIEVAL_BONUS", "MIN_BODY",
@@ -69,7 +70,10 @@ _MAX_LIST_CHARS = 2000  # a lead-in with its items
 # What stands between two units when the second opens a list item: "(a)", "a.", "(ii)", "ii)", "1.", "1.2", "-".
 _ITEM_MARK = re.compile(r"^\s*(?:(?:\(?(?:[a-z]{1,2}|[ivxlc]{1,6}|\d{1,3}(?:\.\d{1,3})*)[.)]"
                         r"|[-*\u2022\u2013\u2014])\s*)+$", re.I)
-_SENTENCE_END = re.compile(r"[.!?;:][\"'\u201d\u2019)\]*_]*\s*$")
+_SENTENCE_END = re.compile(rf"[.!?;:][\"'\u201d\u2019)\]*_]*{HTML_TAIL}\s*$", re.I)
+# A lead-in's colon before the closing tags of its HTML list item ("... agrees that:</li>").
+_LEAD_IN_END = re.compile(rf":[\"'\u201d\u2019)\]*_]*{HTML_TAIL}\s*$", re.I)
+_HTML_LIST = re.compile(r"<(/?)(?:ul|ol)\b[^<>\n]*>", re.I)
 
 
 @dataclass(frozen=True)
@@ -192,14 +196,18 @@ def _following(st: DocumentStructure, unit: Unit, start: int) -> int | None:
     punctuation: its continuation); None when it is neither."""
     text = st.text
     k = st.units.index(unit)
-    lead_in = text[unit.start:unit.end].rstrip().endswith(":")
+    lead_in = _LEAD_IN_END.search(text[unit.start:unit.end]) is not None
     if not lead_in and _SENTENCE_END.search(text[unit.start:unit.end]):
         return None
-    end, in_item = unit.end, False
+    end, in_item, depth = unit.end, False, 0
     for prev, u in zip(st.units[k:], st.units[k + 1:], strict=False):
         gap = text[prev.end:u.start]
         if u.block != prev.block:
-            if _ITEM_MARK.match(gap) and _inside(st, u, unit):
+            # An HTML list opened after the lead-in ("</li> <li> <ul> <li>(a) ..."): its items, up to its "</ul>".
+            depth += sum(-1 if m[1] else 1 for m in _HTML_LIST.finditer(gap))
+            html_item = depth > 0 and not HTML_TAG.sub("", gap).strip() \
+                and re.match(r"\s*<li\b", text[u.start:u.end], re.I) is not None
+            if (_ITEM_MARK.match(gap) or html_item) and _inside(st, u, unit):
                 in_item = True
             elif not lead_in and u.block == prev.block + 1 and not in_item:
                 # a sentence cut in two blocks: take its continuation, then stop at its end

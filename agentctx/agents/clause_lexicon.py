@@ -54,7 +54,9 @@ class KindLexicon:
 # Words that name a side of an agreement; a definition of one ("'Licensor' means ...") names a party.
 PARTY_ROLES = frozenset("""licensor licensee licensors licensees you your recipient contributor contributors customer
     client vendor supplier provider partner company user end-user buyer seller parties party holder distributor
-    reseller developer owner""".split()) | {"copyright holder", "end user", "the parties", "initial developer",
+    reseller developer owner authority province crown commonwealth ministry department council contractor
+    consultant subscriber bidder
+    purchaser""".split()) | {"copyright holder", "end user", "the parties", "initial developer",
                                             "original contributor", "the licensor", "the licensee"}
 
 _DAYS = r"(?:\w+[\s-]+)?\(?\d+\)?\s*(?:business\s+|calendar\s+)?days?"
@@ -79,12 +81,15 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\bagreement\b[^.;]{0,160}\bbetween\b[^.;]{2,240}\band\b",
             r"\bby\s+and\s+between\b",
             r"\bbetween\s+you\b",
+            # "The parties to these Terms (the "Agreement") are His Majesty ... (the "Province") and the Subscriber"
+            r"\bparties\s+to\s+(?:this|these|the)\b[^.;]{0,200}?\b(?:are|is)\b[^.;]{2,300}\band\b",
             # an offer-form opening: "Licensor is willing to license the Software to you on these terms"
             r"\b(?:is|are)\s+willing\s+to\s+(?:grant|licen[cs]e|provide|offer|sell|supply|make)\b[^.;]{0,60}\byou\b",
             # a plain-language acceptance that names the other side: "you must agree to these terms with X"
             r"\bagree(?:s|ing)?\s+to\s+(?:these|this|the)\s+(?:\w+\s+){0,2}(?:terms|agreement|conditions)\s+with\b",
         ),
-        weak=_rx(r"\b(?:hereinafter|referred\s+to\s+as)\b", r"\beach\s+a\s+[\"\u201c]?party\b"),
+        weak=_rx(r"\b(?:hereinafter|referred\s+to\s+(?:below\s+|herein\s+|hereafter\s+)?as)\b",
+                 r"\beach\s+a\s+[\"\u201c]?party\b"),
         negative=_rx(r"\borgani[sz]ed\s+(?:and\s+existing\s+)?under\s+the\s+laws\b", r"\bintends?\s+that\b",
                      r"\bincorporated\s+(?:in|under)\b",
                      # the integration clause ("the entire agreement between you and X and supersedes ...")
@@ -107,6 +112,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\b(?:shall\s+|will\s+)?(?:become|becomes|is|be)\s+effective\s+(?:on|upon|as\s+of|from|until)\b",
             r"\bis\s+effective\s+until\b",
             r"\b(?:initial|renewal)\s+(?:term|period)\b",
+            # not "breached a term of this Agreement" (a provision of it)
+            r"(?<!\ba\s)(?<!\bany\s)(?<!\beach\s)(?<!\bevery\s)(?<!\bone\s)"
             r"\bterm\s+of\s+(?:this|the)\s+(?:agreement|licen[cs]e|mnda)\b",
             r"\bfor\s+(?:a|an\s+initial)\s+(?:term|period)\s+of\b",
             r"\b(?:duration|(?:legal\s+)?term)\s+of\s+(?:the\s+)?(?:copyright|protection|the\s+economic\s+rights)",
@@ -196,6 +203,9 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\b(?:indirect|incidental|special|consequential|exemplary|punitive)\b[^.]{0,80}\bdamages\b",
             r"\blimitation\s+of\s+liability\b",
             r"\bno\s+liability\b",
+            # "No action may be brought by any person against Us for any loss or damage", "no action shall lie"
+            r"\bno\s+(?:action|claim|proceeding|suit)s?\s+(?:may|shall|will|can)\s+(?:be\s+(?:brought|made|"
+            r"commenced|taken)|lie)\b[^.;]{0,160}\b(?:loss|damages?|injury|liability)\b",
             r"\bdisclaims?\b[^.]{0,120}\bliabilit",
         ),
         weak=_rx(r"\bliab(?:le|ility)\b", r"\bdamages\b"),
@@ -234,7 +244,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
                      # account security ("keep your password secret") guards the user's own access, not the
                      # other side's information
                      r"\b(?:passwords?|passphrases?|credentials|api\s+keys?|access\s+tokens?|"
-                     r"log-?in\s+(?:details|information))\b"),
+                     r"passcodes?|(?:log-?in|log-?on|sign-?in|log|account|profile)\s+(?:details|information))\b"),
         title_negative=_rx(r"\bdefinitions?\b", r"\bglossary\b"),
     ),
     KindLexicon(
@@ -266,6 +276,10 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         strong=_weighted(
             r"\bassign(?:ed|able|ment)?\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b",
             r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+\s+){0,3}(?:assign|transfer)\b",
+            # the consent set between the duty and the verb: "will not, without the prior written consent of the
+            # Province, assign, either directly or indirectly, this Agreement"
+            r"\b(?:may|shall|will|must|can)\s*not\s*,?\s+(?:without|except\s+with)\b[^.;]{0,120}\bconsent\b"
+            r"[^.;]{0,80}?,\s*(?:\w+\s+){0,2}(?:assign|transfer)\b",
             # "shall not have the right or ability to assign", "will not be entitled to transfer"
             r"\b(?:(?:may|shall|will|must|can)\s*not\s+(?:have|be\s+(?:entitled|permitted|allowed))|has\s+no|"
             r"shall\s+have\s+no)\b[^.;]{0,40}\bto\s+(?:\w+,?\s+(?:or\s+)?){0,2}(?:assign|transfer)\b",
@@ -311,6 +325,10 @@ _LEGAL_VOICE = re.compile(r"\b(?:agreement|contract|licen[cs]e[ed]?s?|licensor|l
                           r"client|vendor|supplier|provider|recipient|discloser|company|you|your|user|buyer|seller|"
                           r"consultant|contractor|employee|employer|purchaser|subscriber|lessor|lessee|landlord|tenant|"
                           r"borrower|lender|guarantor|proprietary\s+information|in\s+confidence|"
+                          # public-sector sides ("the Province", "the Crown", "the Bidder") and litigation
+                          # ("no action may be brought against Us")
+                          r"province|crown|commonwealth|ministry|bidders?|tenderers?|proponents?|"
+                          r"(?:actions?|claims?|proceedings?|suits?)\s+(?:\w+\s+){0,3}brought|"
                           r"shall|hereby|hereunder|herein|hereof|thereof|pursuant|terms|order\s+form|statement\s+of\s+work|"
                           r"liab(?:le|ility)|damages|indemn\w*|warrant\w*|invoices?|fees?|royalt\w*|"
                           r"confidential\w*|governed|jurisdiction|assign\w*)\b", re.I)

@@ -179,6 +179,9 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
                  r"[^.;]{0,60}\b(?:agreement|rights?|obligations?|licen[cs]es?)\b",
                  r"\bnot\s+(?:be\s+)?(?:assignable|transferable)\b",
                  r"\bassign\w*\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b",
+                 # the consent before the verb: "will not, without the prior written consent of X, assign"
+                 r"\b(?:may|shall|will|must|can)\s*not\s*,?\s+(?:without|except\s+with)\b[^.;]{0,120}\bconsent\b"
+                 r"[^.;]{0,80}?,\s*(?:\w+\s+){0,2}(?:assign|transfer)\b",
                  # a permission with its condition is the restriction too: "may transfer ... only if the
                  # other party agrees", "may assign ... provided that ...", "subject to the prior consent"
                  r"\bmay\s+(?:\w+\s+){0,3}(?:assign|transfer)\b[^.;]{0,160}\b(?:only\s+(?:if|with|upon|after)|"

@@ -206,3 +206,40 @@ def test_a_passive_disclosure_permission_is_not_the_duty():
     text = ("4. Records\n\n"
             "The Dealer's sales reports may be disclosed to the Supplier's auditors on request.\n")
     assert not draw_candidates(parse_structure(text), "confidentiality").found
+
+
+def test_an_offered_service_names_its_sides_in_defined_roles():
+    """Public-sector terms of use open with who offers the service to whom: "(a "Bidder")", "(referred to
+    below as the "Province")"; the roles of public-sector drafting are sides."""
+    text = ("1. The Tender Portal (the \"Portal\") is offered to firms that wish to tender for works (a "
+            "\"Bidder\"). The Portal is run by the Province of Lakeland (referred to below as the \"Province\").\n\n"
+            "2. The Bidder will keep its tender prices up to date.\n")
+    assert "(a \"Bidder\")" in _best(text, "parties") or "Province\")" in _best(text, "parties")
+
+
+def test_a_breached_term_of_the_agreement_is_a_provision_not_its_duration():
+    text = ("7. The Province may terminate this Agreement:\n\n"
+            "    (a) at once if the Bidder has breached a term of this Agreement; or\n\n"
+            "    (b) on 5 days' notice for any other reason.\n")
+    assert not draw_candidates(parse_structure(text), "term").found
+
+
+def test_no_action_may_be_brought_for_any_loss_is_the_exclusion_of_liability():
+    text = ("4. The Bidder will keep its contact details current.\n\n"
+            "5. No action may be brought by any person against the Province for any loss or damage caused by the "
+            "portal being unavailable.\n")
+    assert _best(text, "liability_cap").startswith("No action may be brought")
+
+
+def test_keeping_log_in_or_profile_information_confidential_is_account_security():
+    text = ("8. The Bidder will keep its profile log information and passcodes confidential.\n\n"
+            "9. This Agreement is governed by the laws of Lakeland.\n")
+    assert not draw_candidates(parse_structure(text), "confidentiality").found
+
+
+def test_the_consent_before_the_verb_is_the_restriction_not_a_profile_that_is_not_to_be_shared():
+    text = ("11. The Bidder will not, without the prior written consent of the Province, assign or transfer this "
+            "Agreement.\n\n"
+            "12. The Bidder will keep its profile confidential and will not assign or permit its profile to be "
+            "used by any other person.\n")
+    assert _best(text, "assignment").startswith("The Bidder will not, without the prior written consent")
