@@ -8,6 +8,11 @@ moved, an API key set), uploads the text with ``"async": true``, polls ``GET /v1
 every 15 s (each status written to ``status.jsonl`` in --out), then asks one question and prints the
 prefill metrics; stops what it started. ``--append-chars`` appends the text's first N characters
 again, to bring a case file near the 131,072-token limit (RELIABILITY.md, "long upload").
+
+``--restart``: then a small context is uploaded and queried (its idle latency), the service is
+stopped and started again on the same Redis (the object store, and so every page, is gone), the
+large context is asked (it must answer at once: 503 + Retry-After while it is rebuilt) and the
+small one is queried while the large one is rebuilt (RELIABILITY.md, "restart with a large context").
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -35,6 +42,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--port", type=int, default=8031)
     ap.add_argument("--redis-port", type=int, default=6391)
     ap.add_argument("--out", default="/tmp/agentctx-long-upload")
+    ap.add_argument("--restart", action="store_true")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -55,20 +63,38 @@ def main(argv: list[str]) -> int:
                               "--save", ""], stdout=open(out / "redis.log", "w"), stderr=subprocess.STDOUT)
     env = dict(os.environ, RAY_TMPDIR=str(out / "ray"), AGENTCTX_API_KEY=KEY)
     cmd = [sys.executable, "-m", "agentctx.entrypoints.cli", "serve", "--config", str(out / "cfg.yaml")]
-    serve = subprocess.Popen(cmd, env=env, stdout=open(out / "serve.log", "w"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
-    t0 = time.time()
-    try:
+
+    def start():
+        proc = subprocess.Popen(cmd, env=env, stdout=open(out / "serve.log", "a"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        t0 = time.time()
         while True:
             try:
                 urllib.request.urlopen(url + "/healthz", timeout=5)
-                break
+                print(f"serve up in {time.time() - t0:.0f} s", flush=True)
+                return proc
             except OSError:
-                if time.time() - t0 > 600 or serve.poll() is not None:
-                    print("serve did not start; see", out / "serve.log")
-                    return 1
+                if time.time() - t0 > 600 or proc.poll() is not None:
+                    raise SystemExit(f"serve did not start; see {out / 'serve.log'}") from None
                 time.sleep(3)
-        print(f"serve up in {time.time() - t0:.0f} s", flush=True)
+
+    def stop(proc):
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def ask(cid, question="What does this agreement cover?"):
+        t = time.time()
+        try:
+            code, _ = call(f"/v1/contexts/{cid}/query", {"question": question, "max_new_tokens": 16})
+            return code, time.time() - t, None
+        except urllib.error.HTTPError as err:
+            return err.code, time.time() - t, err.headers.get("Retry-After")
+
+    serve = start()
+    try:
         text = Path(args.file).read_text()
         if args.append_chars:
             text += "\n\n" + text[: args.append_chars]
@@ -94,13 +120,41 @@ def main(argv: list[str]) -> int:
         print("query", code, f"{time.time() - tq:.1f} s", flush=True)
         _, metrics = call("/metrics")
         print("\n".join(ln for ln in metrics.splitlines() if "prefill" in ln and not ln.startswith("#")), flush=True)
-        return 0 if st.get("status") == "ready" and "failed" not in states else 1
+        ok = st.get("status") == "ready" and "failed" not in states
+        if args.restart:
+            small = (ROOT / "agentctx/samples/sample_contract.txt").read_text()[:4000]
+            _, body = call("/v1/contexts", {"text": small})
+            sid = body["id"]
+            ask(sid)  # warm
+            idle = [ask(sid)[1] for _ in range(6)]
+            print(f"small context idle: p50 {statistics.median(idle):.2f} s ({[round(x, 2) for x in idle]})",
+                  flush=True)
+            stop(serve)
+            serve = start()
+            code, took, retry = ask(cid)
+            print(f"large context after the restart: {code} in {took:.2f} s, Retry-After {retry}", flush=True)
+            during, t_r = [], time.time()
+            while len(during) < 6:
+                c, took, _ = ask(sid)
+                during.append(took)
+                print(f"  small context while the large is rebuilt: {c} in {took:.2f} s", flush=True)
+            print(f"small context during the rebuild: p50 {statistics.median(during):.2f} s = "
+                  f"{statistics.median(during) / statistics.median(idle):.2f}x idle", flush=True)
+            while True:
+                code, took, retry = ask(cid)
+                if code == 200:
+                    break
+                _, st = call(f"/v1/contexts/{cid}")
+                print(f"  large: {code} in {took:.2f} s, Retry-After {retry}, {json.dumps(st.get('progress'))}",
+                      flush=True)
+                time.sleep(15)
+            print(f"large context answers 200 again {time.time() - t_r:.0f} s after the restart", flush=True)
+            _, metrics = call("/metrics")
+            lines = [ln for ln in metrics.splitlines() if "restore" in ln and not ln.startswith("#")]
+            print("\n".join(lines), flush=True)
+        return 0 if ok else 1
     finally:
-        os.killpg(serve.pid, signal.SIGINT)
-        try:
-            serve.wait(120)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
+        stop(serve)
         redis.terminate()
 
 
