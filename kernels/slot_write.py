@@ -10,6 +10,8 @@ pair it replaces, and the CPU path.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 
 import torch
@@ -86,12 +88,6 @@ def _checked_kernel(flat_k: Tensor, flat_v: Tensor, dst: Tensor, k: Tensor, v: T
         flat_v.copy_(want_v)
 
 
-_TRITON: list[bool] = []
-
-
+@functools.cache
 def _has_triton() -> bool:
-    if not _TRITON:
-        import importlib.util
-
-        _TRITON.append(importlib.util.find_spec("triton") is not None)
-    return _TRITON[0]
+    return importlib.util.find_spec("triton") is not None

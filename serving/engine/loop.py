@@ -22,9 +22,9 @@ the error) and the others go on. :meth:`step` is public: tests drive the loop wi
 Greedy decode windows (``decode_steps`` k > 1, the GPU default): when every row of a step is a
 plain greedy decode row, the loop runs k forwards back to back with each argmax fed to the next
 forward on the device (``run_greedy``, serving/runner/batch_forward.run_greedy_steps) and syncs
-once for the k tokens, so its own Python between forwards is paid once per k. A request that
-stops inside the window (an end token, its length) drops the rest of it. New requests wait at
-most one window to be scheduled.
+once for the k tokens (one event per request), so its own Python between forwards is paid once
+per k. A request that stops inside the window (an end token, its length) drops the rest of it.
+New requests wait at most one window (a few ms) to be scheduled. k = 1: a sync after every forward.
 """
 
 from __future__ import annotations
@@ -46,10 +46,7 @@ from agentctx.serving.runner.batch_forward import Row, StepOutput, release
 __all__ = ["EngineLoop", "LoopStats", "GRAPH_DECODE_STEPS"]
 
 log = logging.getLogger(__name__)
-# Greedy decode window on the CUDA-graph path: forwards per host sync when every row is a plain
-# greedy decode row. Tokens reach callers in bursts of this many (~4 forwards of a few ms); a new
-# request waits at most one window to be scheduled. 1 = a sync after every forward.
-GRAPH_DECODE_STEPS = 4
+GRAPH_DECODE_STEPS = 4  # forwards per greedy decode window on the CUDA-graph path (docstring above)
 
 
 @dataclass
