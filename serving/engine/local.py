@@ -4,7 +4,7 @@ A call turns a :class:`GenerateRequest` into a :class:`Request` (its prompt toke
 ids, sampling, constraint; the context pinned on the device) and submits it to the replica's
 :class:`EngineLoop`; the caller then reads tokens from the request's stream and does what is
 per-request text work off the loop's thread: detokenizing, stop strings, the result. So a
-request's path is: this file -> serving/engine/loop.py (scheduler.py, then one forward in
+request's path is: this file -> serving/engine/loop.py -> step.py (scheduler.py, then one forward in
 serving/runner/batch_forward.py, then sampler.py) -> back through request.py's stream.
 """
 
