@@ -35,12 +35,13 @@ from .triton_attend import INTERPRET, _merge_splits_kernel
 from .triton_config import _merge_block_d, _next_pow2, _sm_count
 from .triton_dequant import dot_f16, pv_dequant, scale_mode, scale_strides, scores_dequant
 
-__all__ = ["triton_attend_union", "union_splits"]
+__all__ = ["triton_attend_union", "union_splits", "union_tile_m"]
 
 
 @triton.jit(do_not_specialize=["R", "num_splits"])
 def _union_kernel(
     Q, K, V, KS, VS, UNION, ULEN, BITS, SL, OP, LSEP,
+    stride_ut, stride_lt,
     stride_qr, stride_qh,
     stride_ks, stride_kp, stride_kh,
     stride_vs, stride_vp, stride_vh,
@@ -70,7 +71,10 @@ def _union_kernel(
         q = q.to(tl.float16)
     r64 = r.to(tl.int64)
 
-    total = tl.load(ULEN) * CHUNKS_PER_PAGE
+    # One union for every tile (strides 0), or each tile its own rows' union (tiled tables).
+    UNION += mt * stride_ut
+    BITS += mt * stride_ut
+    total = tl.load(ULEN + mt * stride_lt) * CHUNKS_PER_PAGE
     per = tl.cdiv(total, num_splits)
     c_start = split * per
     c_end = tl.minimum(c_start + per, total)
@@ -121,19 +125,31 @@ def _union_kernel(
     tl.store(LSEP + prow, lse, mask=row_mask)
 
 
-def _tiles(rows: int) -> tuple[int, int]:
-    block_m = 16 if rows <= 16 else (32 if rows <= 32 else 64)  # tl.dot needs M >= 16
+def _tiles(rows: int, tile_m: int | None = None) -> tuple[int, int]:
+    """(BLOCK_M, m_tiles): one tile of up to 64 query rows, or, with tiled tables, ``tile_m`` rows
+    a tile (kernels.union_attend.tile_union_tables)."""
+    block_m = tile_m or (16 if rows <= 16 else (32 if rows <= 32 else 64))  # tl.dot needs M >= 16
     return block_m, -(-rows // block_m)
 
 
-def union_splits(r: int, hq: int, hkv: int, d: int, p: int, max_pages: int, device: torch.device) -> int:
+def union_splits(r: int, hq: int, hkv: int, d: int, p: int, max_pages: int, device: torch.device,
+                 tile_m: int | None = None) -> int:
     """Programs along the union: ~4 per SM over the grid, never fewer than ~128 tokens each, for a
     union as large as ``max_pages`` (a smaller union leaves the last programs empty)."""
-    block_m, m_tiles = _tiles(r * (hq // hkv))
+    block_m, m_tiles = _tiles(r * (hq // hkv), tile_m)
     block_n = _block_n(d, block_m, p)
     chunks = max(1, max_pages * -(-p // block_n))
     target = 4 * _sm_count(device)
     return max(1, min(-(-target // (hkv * m_tiles)), -(-chunks // max(1, 128 // block_n)), 1024))
+
+
+def union_tile_m(rows: int, tiles: int) -> int:
+    """Query rows a tile of tiled tables holds: the smallest power of two >= 16 that covers
+    ``rows`` in ``tiles`` tiles (kernels.union_attend.tile_union_tables builds them so)."""
+    tile_m = max(16, _next_pow2(-(-rows // max(1, tiles))))
+    if -(-rows // tile_m) != tiles:
+        raise ValueError(f"attend_union: {tiles} tiled tables do not fit {rows} query rows")
+    return tile_m
 
 
 def _block_n(d: int, block_m: int, p: int, fp8: bool = False) -> int:
@@ -171,7 +187,10 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
     r, hq, d = q.shape
     _, p, hkv, _ = kd.shape
     group = hq // hkv
-    block_m, m_tiles = _tiles(r * group)
+    tile_m = None
+    if union.dim() == 2:  # tiled tables: a union per tile of tile_m query rows
+        tile_m = union_tile_m(r * group, union.shape[0])
+    block_m, m_tiles = _tiles(r * group, tile_m)
     block_d = _next_pow2(max(d, 16))
     block_n = block_n or _block_n(d, block_m, p, fp8=kd.dtype == torch.float8_e4m3fn)
     if num_warps is None:
@@ -180,7 +199,7 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
         # (bench/experiments/union_sweep.py). block_n 64 and 2-4 stages were no faster.
         num_warps = 4
     if num_splits is None:
-        num_splits = union_splits(r, hq, hkv, d, p, union.numel(), q.device)
+        num_splits = union_splits(r, hq, hkv, d, p, union.shape[-1], q.device, tile_m)
     out = torch.empty(1, r, hq, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(1, r, hq, dtype=torch.float32, device=q.device)
     if r == 0:
@@ -190,6 +209,7 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
     use_softcap = bool(softcap)
     _union_kernel[(num_splits, hkv, m_tiles)](
         q, kd, vd, ks, vs, union, union_len, row_bits, slot_lens, op, lsep,
+        union.stride(0) if tile_m else 0, 1 if tile_m else 0,
         q.stride(0), q.stride(1),
         kd.stride(0), kd.stride(1), kd.stride(2),
         vd.stride(0), vd.stride(1), vd.stride(2),

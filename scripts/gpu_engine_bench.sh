@@ -14,6 +14,10 @@
 #                                               # against 1, and the slot kernels' P @ V in fp32
 #                                               # against bf16, same tree, peers alternating (Gemma
 #                                               # arch 1M x2, Llama-8B arch 128K); head of line; profile
+#   bash scripts/gpu_engine_bench.sh h OUTDIR   # issue 33's and 30's H200 targets in one call: Gemma
+#                                               # arch 1M 1/16 agents at 12% and dense (union, rows,
+#                                               # dense-cascade peers), Llama-8B arch 128K 16 agents,
+#                                               # and on a card over 100 GiB Llama-8B arch 1M in fp8
 # The "before" peer is a commit's tree unpacked into .old/pkg with its package dirs moved under
 # agentctx/ (so it imports its own code, never this checkout's editable install):
 #   mkdir -p .old/pkg && git archive f7dc6b9 | tar -x -C .old/pkg
@@ -84,5 +88,16 @@ case "$part" in
       --peers union --hol --hol-tokens 32768 --out "$out/hol_gemma_128k.json" 2>&1 | tail -4 | tee "$out/hol.log"
     timeout 120 python3 bench/experiments/profile_engine_step.py --model gemma3-270m-random --tokens 1048576 \
       --agents 16 > "$out/profile_gemma_1m_16.txt" 2>&1; head -16 "$out/profile_gemma_1m_16.txt" ;;
-  *) echo "part a, b, c or d" >&2; exit 2 ;;
+  h)
+    timeout 200 python3 $b --model gemma3-270m-random --tokens 1048576 --agents 1,16 --budgets 0.12,dense \
+      --peers union,rows --new-tokens 32 --doc-kv random --out "$out/gemma_1m.json" 2>&1 | tail -12 | tee "$out/gemma_1m.log"
+    timeout 150 python3 $b --model llama3-8b-random --tokens 131072 --agents 16 --budgets 0.12,dense \
+      --peers union --new-tokens 32 --doc-kv random --out "$out/llama_128k.json" 2>&1 | tail -8 | tee "$out/llama_128k.log"
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    if [ "${mem:-0}" -gt 102400 ]; then
+      timeout 200 python3 $b --model llama3-8b-random --tokens 1048576 --agents 16 --budgets 0.12 \
+        --peers union --new-tokens 32 --kv-dtype fp8_e4m3 --doc-kv random --out "$out/llama_1m_fp8.json" 2>&1 \
+        | tail -8 | tee "$out/llama_1m_fp8.log"
+    fi ;;
+  *) echo "part a, b, c, d or h" >&2; exit 2 ;;
 esac

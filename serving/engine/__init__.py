@@ -1,7 +1,8 @@
 """The engine: one loop per replica over requests held as state (docs/ARCHITECTURE.md).
 
 ``local.py`` (the API a replica calls) -> ``loop.py`` (the thread and the callers' queues) ->
-``step.py`` (schedule, one forward, sample, postprocess) -> ``scheduler.py`` (the step plan), ``sampler.py`` (every row's token at once),
+``step.py`` (schedule, one forward, sample, postprocess) -> ``scheduler.py`` (the step plan),
+``sampler.py`` (every row's token at once),
 ``request.py`` (a request's state and its token stream), ``kv_cache.py`` (device KV memory).
 """
 

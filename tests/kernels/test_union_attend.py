@@ -47,3 +47,45 @@ def test_reference_equals_each_rows_own_pages():
         attend_union(torch.randn(65, 8, d), k, v, *args[3:], 0.2)
     with pytest.raises(ValueError, match="impl"):
         attend_union(*args, 0.2, impl="cuda")
+
+
+def test_tiled_tables_hold_only_each_tiles_rows():
+    from agentctx.kernels.union_attend import tile_union_tables
+
+    plans = [(0, 3), (3, 5), (7,), None, (1, 7)]
+    # Two query rows a row (group 2), tiles of 16 query rows: rows 0-4 all in tile 0.
+    unions, bits = tile_union_tables(plans, 8, 2, 16)
+    assert unions == [[0, 1, 3, 5, 7]] and bits[0] == [0b00001, 0b10000, 0b00011, 0b00010, 0b10100]
+    # Group 8: tile 0 holds rows 0-1, tile 1 rows 2-3, tile 2 row 4; bits stay numbered by row.
+    unions, bits = tile_union_tables(plans, 8, 8, 16)
+    assert unions == [[0, 3, 5], [7], [1, 7]]
+    assert bits == [[0b1, 0b11, 0b10], [0b100], [0b10000, 0b10000]]
+    # Group 3 straddles tiles: row 5 (query rows 15-17) is in tiles 0 and 1.
+    unions, _ = tile_union_tables([(0,)] * 5 + [(6,)], 8, 3, 16)
+    assert unions == [[0, 6], [6]]
+    with pytest.raises(ValueError, match="power of two"):
+        tile_union_tables(plans, 8, 2, 24)
+
+
+def test_tiled_reference_equals_the_untiled_one():
+    g = torch.Generator().manual_seed(3)
+    s, p, hkv, d = 10, 8, 1, 16
+    k, v = torch.randn(s, p, hkv, d, generator=g), torch.randn(s, p, hkv, d, generator=g)
+    lens = torch.full((s,), p, dtype=torch.int32)
+    q = torch.randn(6, 4, d, generator=g)
+    plans = [(0, 2), (2, 9), (5,), (1, 2, 3), (9,), (4, 8)]
+    from agentctx.kernels.union_attend import tile_union_tables
+
+    union, bits = union_tables(plans, s)
+    flat = attend_union(q, k, v, torch.tensor(union, dtype=torch.int32), torch.tensor([len(union)], dtype=torch.int32),
+                        torch.tensor(bits), lens, 0.3)
+    us, bs = tile_union_tables(plans, s, 4, 16)
+    w = max(map(len, us))
+    tiled = attend_union(q, k, v, torch.tensor([x + [0] * (w - len(x)) for x in us], dtype=torch.int32),
+                         torch.tensor([len(x) for x in us], dtype=torch.int32),
+                         torch.tensor([x + [0] * (w - len(x)) for x in bs]), lens, 0.3)
+    torch.testing.assert_close(tiled[0], flat[0])
+    torch.testing.assert_close(tiled[1], flat[1])
+    with pytest.raises(ValueError, match="union_len"):
+        attend_union(q, k, v, torch.zeros(2, w, dtype=torch.int32), torch.tensor([1], dtype=torch.int32),
+                     torch.zeros(2, w, dtype=torch.int64), lens, 0.3)
