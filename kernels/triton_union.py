@@ -35,7 +35,7 @@ from .triton_attend import INTERPRET, _merge_splits_kernel
 from .triton_config import _merge_block_d, _next_pow2, _sm_count
 from .triton_dequant import dot_f16, pv_dequant, scale_mode, scale_strides, scores_dequant
 
-__all__ = ["triton_attend_union", "union_splits", "union_tile_m"]
+__all__ = ["triton_attend_union", "union_splits"]
 
 
 @triton.jit(do_not_specialize=["R", "num_splits"])
@@ -143,15 +143,6 @@ def union_splits(r: int, hq: int, hkv: int, d: int, p: int, max_pages: int, devi
     return max(1, min(-(-target // (hkv * m_tiles)), -(-chunks // max(1, 128 // block_n)), 1024))
 
 
-def union_tile_m(rows: int, tiles: int) -> int:
-    """Query rows a tile of tiled tables holds: the smallest power of two >= 16 that covers
-    ``rows`` in ``tiles`` tiles (kernels.union_attend.tile_union_tables builds them so)."""
-    tile_m = max(16, _next_pow2(-(-rows // max(1, tiles))))
-    if -(-rows // tile_m) != tiles:
-        raise ValueError(f"attend_union: {tiles} tiled tables do not fit {rows} query rows")
-    return tile_m
-
-
 def _block_n(d: int, block_m: int, p: int, fp8: bool = False) -> int:
     """Tokens per chunk. fp8 pages take twice the float rule's, the bytes of a bf16 tile: on an
     H100, 16 rows, Llama-8B heads at 128K 192 against 266 us, Gemma heads at 1M 328 against 347 us
@@ -175,10 +166,11 @@ def _operands(pages: Tensor | QuantPages) -> tuple[Tensor, Tensor, tuple[int, in
 def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor | QuantPages, union: Tensor,
                         union_len: Tensor, row_bits: Tensor, slot_lens: Tensor, scale: float,
                         softcap: float | None = None, num_splits: int | None = None, block_n: int | None = None,
-                        num_warps: int | None = None, num_stages: int = 3) -> tuple[Tensor, Tensor]:
+                        num_warps: int | None = None, num_stages: int = 3,
+                        tile_m: int | None = None) -> tuple[Tensor, Tensor]:
     """See kernels.union_attend.attend_union; block_n / num_warps / num_stages override the launch
     rule (sweeps: bench/experiments/union_sweep.py). fp8 pools take twice the float rule's tokens
-    per tile (the same bytes)."""
+    per tile (the same bytes). ``tile_m``: the query rows a tile of tiled tables holds (2-D union)."""
     if q.device.type != "cuda" and not (INTERPRET and q.device.type == "cpu"):
         raise RuntimeError(f"attend_union(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
                            "(or TRITON_INTERPRET=1 set before kernels.triton_union is imported)")
@@ -187,9 +179,9 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
     r, hq, d = q.shape
     _, p, hkv, _ = kd.shape
     group = hq // hkv
-    tile_m = None
-    if union.dim() == 2:  # tiled tables: a union per tile of tile_m query rows
-        tile_m = union_tile_m(r * group, union.shape[0])
+    if union.dim() == 2 and not tile_m:
+        raise ValueError("attend_union: tiled tables need tile_m")
+    tile_m = tile_m if union.dim() == 2 else None
     block_m, m_tiles = _tiles(r * group, tile_m)
     block_d = _next_pow2(max(d, 16))
     block_n = block_n or _block_n(d, block_m, p, fp8=kd.dtype == torch.float8_e4m3fn)

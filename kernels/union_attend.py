@@ -89,7 +89,7 @@ def _values(pages: Tensor | QuantPages, name: str) -> Tensor:
     return pages
 
 
-def _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens) -> None:
+def _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, tile_m=None) -> None:
     if q.dim() != 3:
         raise ValueError(f"attend_union: q must be (R, Hq, D), got {tuple(q.shape)}")
     quant = {name: isinstance(x, QuantPages) for name, x in (("k_pages", k_pages), ("v_pages", v_pages))}
@@ -109,8 +109,13 @@ def _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens) -> Non
     tiles = union.shape[0] if union.dim() == 2 else 1
     if union_len.shape != (tiles,) or union_len.dtype != torch.int32:
         raise ValueError(f"attend_union: union_len must be a ({tiles},) int32 tensor")
-    if union.dim() == 2 and union.stride(1) != 1:
-        raise ValueError("attend_union: tiled tables need unit stride along U")
+    if union.dim() == 2:
+        if union.stride(1) != 1:
+            raise ValueError("attend_union: tiled tables need unit stride along U")
+        if not tile_m or tile_m < 16 or tile_m & (tile_m - 1):
+            raise ValueError(f"attend_union: tiled tables need tile_m, a power of two >= 16, got {tile_m}")
+        if tiles * tile_m < q.shape[0] * (q.shape[1] // max(1, k_pages.shape[2])):
+            raise ValueError(f"attend_union: {tiles} tiles of {tile_m} query rows do not cover {q.shape[0]} rows")
     if slot_lens.shape != (s,) or slot_lens.dtype != torch.int32:
         raise ValueError(f"attend_union: slot_lens must be ({s},) int32")
     for name, t in (("k_pages", k_pages), ("v_pages", v_pages)):
@@ -194,14 +199,16 @@ def _triton():
 
 def attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor | QuantPages, union: Tensor,
                  union_len: Tensor, row_bits: Tensor, slot_lens: Tensor, scale: float, softcap: float | None = None,
-                 impl: str = "auto", num_splits: int | None = None, check: bool = True) -> tuple[Tensor, Tensor]:
+                 impl: str = "auto", num_splits: int | None = None, check: bool = True,
+                 tile_m: int | None = None) -> tuple[Tensor, Tensor]:
     """See the module docstring. impl: "auto" (Triton on CUDA, else torch), "torch", "triton"
     (CUDA, or CPU tensors under TRITON_INTERPRET=1). ``num_splits``: programs along the union
-    (None: enough to fill the GPU for the union's largest size, ``union.numel()``)."""
+    (None: enough to fill the GPU for the union's largest size). Tiled tables (``union`` (T, U),
+    from :func:`tile_union_tables`): ``tile_m`` is the query rows a tile holds."""
     if impl not in ("auto", "torch", "triton"):
         raise ValueError(f"attend_union: impl must be auto, torch or triton, got {impl!r}")
     if check:
-        _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens)
+        _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, tile_m)
     if impl == "torch" or (impl == "auto" and q.device.type != "cuda"):
         return attend_union_reference(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, scale, softcap)
     tri = _triton()
@@ -210,4 +217,4 @@ def attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor | Quan
             raise RuntimeError("attend_union(impl='triton'): Triton is unavailable")
         return attend_union_reference(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, scale, softcap)
     return tri.triton_attend_union(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, scale, softcap,
-                                   num_splits)
+                                   num_splits, tile_m=tile_m)

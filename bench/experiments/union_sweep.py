@@ -84,7 +84,7 @@ def main() -> None:
                 for stages in ints(args.stages):
                     def run():
                         return triton_attend_union(q, k, v, u, n, b, lens, d**-0.5, None, block_n=bn,
-                                                   num_warps=warps, num_stages=stages)
+                                                   num_warps=warps, num_stages=stages, tile_m=tile_m or None)
                     try:
                         out = run()[0]
                         ms = triton.testing.do_bench(run, return_mode="median")

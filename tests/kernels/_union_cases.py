@@ -96,9 +96,9 @@ def run_union_case(spec: dict, device: str) -> None:
     from agentctx.kernels.union_attend import attend_union, attend_union_reference
 
     args, plans, scale, cap = _inputs(spec, device)
-    attend_union(*args, scale, cap, impl="torch")  # the public call's validation
+    attend_union(*args, scale, cap, impl="torch", tile_m=spec.get("tile_m"))  # the public call's validation
     want_o, want_l = attend_union_reference(*args, scale, cap)
-    got_o, got_l = triton_attend_union(*args, scale, cap, num_splits=spec.get("splits"))
+    got_o, got_l = triton_attend_union(*args, scale, cap, num_splits=spec.get("splits"), tile_m=spec.get("tile_m"))
     assert got_o.shape == want_o.shape and got_o.dtype == want_o.dtype and got_l.shape == want_l.shape
     empty = [i for i, pl in enumerate(plans) if not pl]
     live = [i for i in range(len(plans)) if plans[i]]

@@ -83,9 +83,15 @@ def test_tiled_reference_equals_the_untiled_one():
     w = max(map(len, us))
     tiled = attend_union(q, k, v, torch.tensor([x + [0] * (w - len(x)) for x in us], dtype=torch.int32),
                          torch.tensor([len(x) for x in us], dtype=torch.int32),
-                         torch.tensor([x + [0] * (w - len(x)) for x in bs]), lens, 0.3)
+                         torch.tensor([x + [0] * (w - len(x)) for x in bs]), lens, 0.3, tile_m=16)
     torch.testing.assert_close(tiled[0], flat[0])
     torch.testing.assert_close(tiled[1], flat[1])
     with pytest.raises(ValueError, match="union_len"):
         attend_union(q, k, v, torch.zeros(2, w, dtype=torch.int32), torch.tensor([1], dtype=torch.int32),
+                     torch.zeros(2, w, dtype=torch.int64), lens, 0.3, tile_m=16)
+    with pytest.raises(ValueError, match="tile_m"):
+        attend_union(q, k, v, torch.zeros(2, w, dtype=torch.int32), torch.tensor([1, 1], dtype=torch.int32),
                      torch.zeros(2, w, dtype=torch.int64), lens, 0.3)
+    with pytest.raises(ValueError, match="do not cover"):
+        attend_union(q, k, v, torch.zeros(1, w, dtype=torch.int32), torch.tensor([1], dtype=torch.int32),
+                     torch.zeros(1, w, dtype=torch.int64), lens, 0.3, tile_m=16)
