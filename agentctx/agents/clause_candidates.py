@@ -65,6 +65,8 @@ _DEFINITIONS_TITLE = re.compile(r"\b(?:definitions?|glossary|interpretation|defi
 _CONNECTIVE = re.compile(r"^(?:However|Notwithstanding\s+the\s+foregoing|In\s+(?:such|that|this)\s+(?:case|event)|"
                          r"Otherwise|Accordingly|Therefore|Nevertheless|Furthermore|Moreover|Additionally|"
                          r"Such\s+\w+\s+(?:shall|will|may))\b")
+# "Between us, Acme ("Acme") and you", "between Acme ("Acme") and you": one defined side and "you"
+_BETWEEN_AND_YOU = re.compile(r"\bbetween\b[^.;]{0,200}\band\s+you\b", re.I)
 _MAX_QUOTE_CHARS = 1200
 _MAX_LIST_CHARS = 2000  # a lead-in with its items
 # What stands between two units when the second opens a list item: "(a)", "a.", "(ii)", "ii)", "1.", "1.2", "-".
@@ -154,6 +156,10 @@ def _party_bonus(st: DocumentStructure, unit: Unit, sentence: str) -> tuple[floa
     elif len(inline) >= 2 and re.search(r"\bbetween\b", sentence, re.I):
         bonus += 1.0
         why.append("names two defined sides")
+    elif inline and _BETWEEN_AND_YOU.search(sentence):
+        # plain-language drafting names its other side "you": "Between us, Acme ("Acme") and you, [name]."
+        bonus += 1.0
+        why.append("names a defined side and you")
     return bonus, why
 
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "MAY_END", "PASSIVE_NONDISCLOSURE", "normalize",
-           "title_matches", "body_evidence", "legal_voice"]
+__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "MAY_END", "PASSIVE_NONDISCLOSURE", "NOT_MODAL",
+           "CONSENT", "PAY_SCHEDULE", "ASSIGN_CONDITION", "normalize", "title_matches", "body_evidence", "legal_voice"]
 
 
 def _rx(*patterns: str) -> tuple[re.Pattern, ...]:
@@ -65,6 +65,18 @@ FEE_TAKEN = r"\b(?:debit|deduct|withhold|retain|collect)s?\b[^.;]{0,40}\b(?:fees
 # "either party may end this agreement", "you may end the agreement written out in these terms"
 MAY_END = (r"\bmay\s+(?:\w+\s+){0,2}end\s+(?:this|these|the|our|your|its)\s+(?:\w+\s+){0,2}"
             r"(?:agreement|licen[cs]e|contract|terms|relationship|subscription)\b")
+# "we agree to stick to the following payment schedule", "will keep to the payment schedule": a duty to pay
+# stated as keeping to a schedule
+PAY_SCHEDULE = (r"\b(?:agrees?\s+to|will|shall|must)\s+(?:\w+\s+)?(?:stick|keep|adhere|abide|hold|follow)\s+"
+                r"(?:(?:to|by)\s+)?(?:the|this|a|our)\s+(?:\w+\s+){0,2}payment\s+schedule\b")
+# "may not", "cannot", and plain-language drafting's contractions ("you can't transfer this contract", "won't")
+NOT_MODAL = r"(?:(?:may|shall|will|must|can)\s*not|(?:can|won|mustn|shan)['\u2019]t)"
+# what a restriction waits for: "without the prior written consent (permission, approval) of the other party"
+CONSENT = r"(?:consent|permission|approval)"
+# a condition on assigning stated as such: "as a condition of the assignment, the assignee must agree in writing
+# to ...", "as a condition precedent to any transfer"
+ASSIGN_CONDITION = (r"\bas\s+a\s+condition\s+(?:of|to|precedent\s+to)\s+(?:the|any|such|each|that|an?)\s+"
+                    r"(?:assignment|transfer)\b")
 # A non-disclosure duty in the passive voice ("Confidential Information shall not be disclosed to any third
 # party", "... shall not be used or disclosed", "... shall not be disclosed, used or reproduced"): the
 # information is the subject, not the recipient. Shared with the operative rules.
@@ -121,6 +133,11 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\b(?:expires?|expiry)\s+(?:at|on|after|upon)\b",
             r"\brenew(?:s|ed)?\s+automatically\b|\bautomatically\s+renew",
             r"\bnever\s+expires?\b",
+            # the agreement as the subject of its own duration: "This contract stays in place and need not be
+            # renewed", "This Agreement remains in force until ..." (not "the remainder of this Agreement shall
+            # remain in force", a severability clause)
+            r"(?<!\bof\s)\b(?:this|the)\s+(?:agreement|contract|licen[cs]e|terms)\s+(?:stays|remains|(?:shall|will)\s+"
+            r"(?:stay|remain))\s+in\s+(?:full\s+)?(?:place|force|effect)\b",
             # "shall continue to bind you for so long as you make use of the Service"
             r"\bcontinues?\s+to\s+(?:bind|apply|be\s+binding)\b[^.;]{0,80}\b(?:(?:so|as)\s+long\s+as|until)\b",
         ),
@@ -149,6 +166,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             # a sponsor, agent or platform paid by keeping its fee out of the money it handles: "may debit
             # administrative fees from the fund", "deducts its commission from each sale"
             FEE_TAKEN,
+            PAY_SCHEDULE,
         ),
         weak=_rx(r"\bfees?\b", r"\bprice\b", r"\bcharges?\b", r"\btax(?:es)?\b", r"\brefund\b"),
         negative=_rx(r"\broyalty[- ]free\b", r"\bfree\s+of\s+charge\b", r"\bno[- ]charge\b",
@@ -233,6 +251,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         strong=_weighted(
             r"\bconfidential\s+information\b[^.;]{0,160}\b(?:shall|will|must|may)\b",
             r"\b(?:keep|hold|maintain|treat|protect)\b[^.;]{0,80}\b(?:confidential|in\s+confidence|secret)\b",
+            # "we'll maintain (preserve) the confidentiality of everything you give us"
+            r"\b(?:keep|maintain|preserve)\s+(?:the\s+)?confidentiality\s+of\b",
             r"\b(?:not|never)\s+(?:to\s+)?(?:use\s+or\s+)?disclose\b",
             # the duty in the passive: "Proprietary Information shall not be disclosed, used or reproduced"
             PASSIVE_NONDISCLOSURE,
@@ -261,6 +281,10 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             (r"\b(?:courts?|tribunals?)\s+(?:of|in|located|sitting|having)\b", 0.6),
             (r"\bvenue\b", 0.6),
             (r"\bsubmits?\s+to\s+the\s+(?:\w+\s+)?jurisdiction\b", 0.6),
+            # the agreement itself put under a forum, where no law is named: "this contract is a legal document
+            # under exclusive jurisdiction of Washington, D.C. courts" (that sentence is all there is)
+            r"\b(?:agreement|contract|terms|licen[cs]e)\b[^.;]{0,60}\b(?:under|subject\s+to)\s+(?:the\s+)?"
+            r"(?:(?:non-?)?exclusive\s+)?jurisdiction\s+of\b",
             r"\bgoverning\s+law\b",
             r"\b(?:law|laws)\s+of\s+(?:the\s+)?(?:country|jurisdiction|state)\s+(?:where|in\s+which)\b",
         ),
@@ -274,8 +298,9 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         "assignment",
         title=_rx(r"\bassign(?:ment|ability)?\b", r"\btransfers?\b", r"\bsuccessors?\b", r"\bchange\s+of\s+control\b"),
         strong=_weighted(
-            r"\bassign(?:ed|able|ment)?\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b",
-            r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+\s+){0,3}(?:assign|transfer)\b",
+            rf"\bassign(?:ed|able|ment)?\b[^.;]{{0,160}}\bwithout\b[^.;]{{0,60}}\b{CONSENT}\b",
+            rf"\b{NOT_MODAL}\s+(?:\w+\s+){{0,3}}(?:assign|transfer)\b",
+            ASSIGN_CONDITION,
             # the consent set between the duty and the verb: "will not, without the prior written consent of the
             # Province, assign, either directly or indirectly, this Agreement"
             r"\b(?:may|shall|will|must|can)\s*not\s*,?\s+(?:without|except\s+with)\b[^.;]{0,120}\bconsent\b"

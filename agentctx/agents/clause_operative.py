@@ -29,7 +29,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .clause_lexicon import FEE_TAKEN, MAY_END, PASSIVE_NONDISCLOSURE
+from .clause_lexicon import (
+    ASSIGN_CONDITION,
+    CONSENT,
+    FEE_TAKEN,
+    MAY_END,
+    NOT_MODAL,
+    PASSIVE_NONDISCLOSURE,
+    PAY_SCHEDULE,
+)
 
 __all__ = ["OperativeLexicon", "OPERATIVE", "CORE_BONUS", "MAX_CORE", "RELATED_PENALTY", "operative_adjustment"]
 
@@ -96,6 +104,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             # purchase price of ..." (stock, asset and supply agreements state the duty to pay this way)
             r"\bagrees?\s+to\s+(?:purchase|buy)\b[^.;]{0,200}\b(?:at\s+a\s+price|(?:aggregate\s+)?purchase\s+price)\b",
             FEE_TAKEN,  # the fee kept out of the money handled: how a sponsor or an agent is paid
+            PAY_SCHEDULE,  # "we agree to stick to the following payment schedule"
         ),
         related=_rx(
             r"\bdisput(?:e|es|ed|ing)\b", r"\blate\s+(?:payments?|fees?|charges?)\b", r"\boverdue\b",
@@ -103,6 +112,10 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\brefunds?\b", r"\bexpenses?\b[^.;]{0,40}\breimburs", r"\baudit\b",
             # what follows non-payment ("If you fail to pay ..., the account will be frozen") is not the duty
             r"\b(?:fails?|failure)\s+to\s+(?:make\s+)?pay|\bnon-?payment\b",
+            # a side's statement of what it understands ("We understand how important it is to pay the invoices
+            # you send promptly") is background to the duty, not the duty
+            r"^(?:we|you|the\s+parties|each\s+party)\s+(?:\w+\s+)?(?:understands?|recogni[sz]es?|appreciates?|know)\s+"
+            r"(?:how|that|why)\b",
         ),
     ),
     OperativeLexicon(
@@ -174,11 +187,17 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
         # with commas, and then it names what is assigned (a list such as "will not ship, transfer or
         # export the SDK" restricts goods, not the agreement); "are not assignable": the restriction
         # stated as a quality of the rights
-        core=_rx(r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+\s+){0,3}(?:assign|transfer)\b",
+        core=_rx(rf"\b{NOT_MODAL}\s+(?:\w+\s+){{0,3}}(?:assign|transfer)\b",
+                 # a restriction that names the agreement as what may not be assigned ("You may not assign your
+                 # agreement with the company") before one about a permission under it ("You can't transfer your
+                 # permission to anyone else")
+                 rf"\b{NOT_MODAL}\s+(?:\w+\s+){{0,3}}(?:assign|transfer)\s+(?:this|the|your|its|their|our)\s+"
+                 r"(?:agreement|contract|licen[cs]e|terms|mnda)\b",
                  r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+,\s+){1,3}(?:\w+\s+)?(?:assign|transfer)\b"
                  r"[^.;]{0,60}\b(?:agreement|rights?|obligations?|licen[cs]es?)\b",
                  r"\bnot\s+(?:be\s+)?(?:assignable|transferable)\b",
-                 r"\bassign\w*\b[^.;]{0,160}\bwithout\b[^.;]{0,60}\bconsent\b",
+                 rf"\bassign\w*\b[^.;]{{0,160}}\bwithout\b[^.;]{{0,60}}\b{CONSENT}\b",
+                 ASSIGN_CONDITION,  # "as a condition of the assignment, the assignee must agree in writing ..."
                  # the consent before the verb: "will not, without the prior written consent of X, assign"
                  r"\b(?:may|shall|will|must|can)\s*not\s*,?\s+(?:without|except\s+with)\b[^.;]{0,120}\bconsent\b"
                  r"[^.;]{0,80}?,\s*(?:\w+\s+){0,2}(?:assign|transfer)\b",

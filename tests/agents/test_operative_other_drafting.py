@@ -243,3 +243,85 @@ def test_the_consent_before_the_verb_is_the_restriction_not_a_profile_that_is_no
             "12. The Bidder will keep its profile confidential and will not assign or permit its profile to be "
             "used by any other person.\n")
     assert _best(text, "assignment").startswith("The Bidder will not, without the prior written consent")
+
+
+# Plain-language services contracts and contributor agreements (the seventh round). Snippets written here.
+
+def test_between_a_defined_side_and_you_names_the_parties():
+    """A plain-language contract names one side by a defined name and the other as "you"."""
+    text = ("# Design Services Contract\n\n"
+            "Between us, Northwind Studio (\"Northwind\") and you, the client named below.\n\n"
+            "## The Work\n\nNorthwind will design the pages listed in the brief.\n")
+    assert _best(text, "parties").startswith("Between us, Northwind Studio")
+
+
+def test_a_defined_name_between_two_others_is_no_parties_clause():
+    """The rule wants "you" as the other side: a defined name in a sentence that shares something "between"
+    two third parties names no side of the contract."""
+    text = ("4. Printing\n\n"
+            "The print costs (the \"Costs\") are split between the studio and the printer.\n")
+    assert not draw_candidates(parse_structure(text), "parties").found
+
+
+def test_the_contract_staying_in_place_is_its_term():
+    text = ("## Odds and Ends\n\n"
+            "Nobody may hand this arrangement on without asking first. This contract stays in place until the "
+            "last page is delivered.\n")
+    assert _best(text, "term").startswith("This contract stays in place")
+
+
+def test_remaining_parts_that_remain_in_place_are_severability_not_the_term():
+    text = ("## Odds and Ends\n\n"
+            "If one part of these terms cannot be enforced, the remaining parts remain in place.\n")
+    assert not draw_candidates(parse_structure(text), "term").found
+
+
+def test_maintaining_the_confidentiality_of_what_the_other_side_gives_is_confidentiality():
+    text = ("## Who does what\n\n"
+            "The designer will meet the dates agreed and will maintain the confidentiality of all material the "
+            "client supplies.\n")
+    assert draw_candidates(parse_structure(text), "confidentiality").found
+
+
+def test_the_contract_under_the_exclusive_jurisdiction_of_courts_is_its_only_law_clause():
+    """No law is named: the sentence that puts the contract under a forum is all there is."""
+    text = ("## Fine Print\n\n"
+            "The wording is informal, but this contract is a binding agreement subject to the exclusive "
+            "jurisdiction of Toronto, Ontario courts.\n")
+    assert _best(text, "governing_law").startswith("The wording is informal")
+
+
+def test_a_contracted_cant_transfer_without_permission_is_the_restriction():
+    text = ("## Fine Print\n\n"
+            "You can't transfer this contract to anyone else without our written permission.\n")
+    assert _best(text, "assignment").startswith("You can't transfer this contract")
+
+
+def test_the_restriction_naming_the_agreement_outranks_a_permission_that_cannot_be_passed_on():
+    text = ("1. Your Access\n\n"
+            "You can't transfer your access to anyone else.\n\n"
+            "2. General\n\n"
+            "You may not assign your agreement with the studio.\n")
+    assert _best(text, "assignment").startswith("You may not assign your agreement")
+
+
+def test_assigning_without_the_other_sides_approval_is_the_restriction():
+    text = ("9. General\n\n"
+            "Neither party may assign this arrangement without the prior approval of the other party.\n")
+    assert _best(text, "assignment").startswith("Neither party may assign")
+
+
+def test_a_condition_of_the_assignment_is_the_assignment_clause():
+    """A contributor agreement lets either side assign, on a condition: that condition is the clause."""
+    text = ("7. Other Terms\n\n"
+            "7.1 If the Maintainer or the Contributor assigns its rights under this arrangement, as a condition "
+            "of the assignment the assignee must agree in writing to be bound by all of its terms.\n")
+    assert _best(text, "assignment").startswith("If the Maintainer or the Contributor assigns")
+
+
+def test_keeping_to_the_payment_schedule_is_cited_not_a_statement_of_understanding():
+    text = ("## Payments\n\n"
+            "We know how important it is to pay your invoices quickly. We agree to keep to the payment schedule "
+            "below.\n\n"
+            "[schedule]\n")
+    assert _best(text, "payment").startswith("We agree to keep to the payment schedule")
