@@ -9,8 +9,9 @@ Detokenization and stop strings happen on the caller's side (serving/engine/loca
 that is done early calls :meth:`abort`.
 
 Jobs (a document prefill chunk, run through :meth:`call`) go between steps; while requests run,
-a job waits until the steps since the last job have had as long as that job took, so a long
-prefill and running generations share the replica's time.
+a job waits until the steps since the last job have had ``step_share`` times as long as that job
+took (2: requests get two thirds of the replica's time while they run, a background prefill or
+restore the rest, and all of it when no request runs).
 
 :meth:`step` is public: tests drive the loop without its thread.
 """
@@ -34,6 +35,7 @@ from agentctx.serving.runner.batch_forward import Row, StepOutput
 __all__ = ["EngineLoop", "LoopStats", "GRAPH_DECODE_STEPS"]
 
 log = logging.getLogger(__name__)
+STEP_SHARE = 2.0  # while requests run, steps get this many times a job's time between two jobs
 
 
 @dataclass(eq=False)
@@ -66,6 +68,9 @@ class EngineLoop(EngineStep):
         self._stopped = False
         self._last_job_s = 0.0  # how long the last job took, and the steps' time since
         self._steps_since_job_s = 0.0
+        # Steps' time owed per second of job while requests run (module docstring). 1 gave a query
+        # 2.1-2.5x its idle latency beside a document's prefill on the 2-core box (BENCHMARKS §4g).
+        self.step_share = STEP_SHARE
 
     # ------------------------------------------------------------------ callers' side (any thread)
     def submit(self, req: Request) -> Request:
@@ -139,9 +144,9 @@ class EngineLoop(EngineStep):
                 if self._stopped:
                     return
                 # Jobs and steps share the time: while requests run, a job waits until the
-                # steps since the last job have had as long as that job took.
+                # steps since the last job have had step_share times as long as that job took.
                 busy = self.scheduler.has_work() or bool(self._inbox)
-                owed = busy and self._steps_since_job_s < self._last_job_s
+                owed = busy and self._steps_since_job_s < self.step_share * self._last_job_s
                 job = self._jobs.popleft() if self._jobs and not owed else None
             if job is not None:
                 self._run_job(job)
@@ -155,7 +160,7 @@ class EngineLoop(EngineStep):
                     self._end(req, error=exc)
                 stepped = True
             if not stepped and self._jobs:
-                self._steps_since_job_s = self._last_job_s  # nothing to step after all: the job goes now
+                self._steps_since_job_s = self.step_share * self._last_job_s  # nothing to step: the job goes now
             self._steps_since_job_s += time.perf_counter() - t0
 
     def _run_job(self, job: _Job) -> None:
