@@ -41,7 +41,6 @@ __all__ = ["triton_attend_union", "union_splits"]
 @triton.jit(do_not_specialize=["R", "num_splits"])
 def _union_kernel(
     Q, K, V, KS, VS, UNION, ULEN, BITS, SL, OP, LSEP,
-    stride_ut, stride_lt,
     stride_qr, stride_qh,
     stride_ks, stride_kp, stride_kh,
     stride_vs, stride_vp, stride_vh,
@@ -71,10 +70,7 @@ def _union_kernel(
         q = q.to(tl.float16)
     r64 = r.to(tl.int64)
 
-    # One union for every tile (strides 0), or each tile its own rows' union (tiled tables).
-    UNION += mt * stride_ut
-    BITS += mt * stride_ut
-    total = tl.load(ULEN + mt * stride_lt) * CHUNKS_PER_PAGE
+    total = tl.load(ULEN) * CHUNKS_PER_PAGE
     per = tl.cdiv(total, num_splits)
     c_start = split * per
     c_end = tl.minimum(c_start + per, total)
@@ -125,18 +121,15 @@ def _union_kernel(
     tl.store(LSEP + prow, lse, mask=row_mask)
 
 
-def _tiles(rows: int, tile_m: int | None = None) -> tuple[int, int]:
-    """(BLOCK_M, m_tiles): one tile of up to 64 query rows, or, with tiled tables, ``tile_m`` rows
-    a tile (kernels.union_attend.tile_union_tables)."""
-    block_m = tile_m or (16 if rows <= 16 else (32 if rows <= 32 else 64))  # tl.dot needs M >= 16
+def _tiles(rows: int) -> tuple[int, int]:
+    block_m = 16 if rows <= 16 else (32 if rows <= 32 else 64)  # tl.dot needs M >= 16
     return block_m, -(-rows // block_m)
 
 
-def union_splits(r: int, hq: int, hkv: int, d: int, p: int, max_pages: int, device: torch.device,
-                 tile_m: int | None = None) -> int:
+def union_splits(r: int, hq: int, hkv: int, d: int, p: int, max_pages: int, device: torch.device) -> int:
     """Programs along the union: ~4 per SM over the grid, never fewer than ~128 tokens each, for a
     union as large as ``max_pages`` (a smaller union leaves the last programs empty)."""
-    block_m, m_tiles = _tiles(r * (hq // hkv), tile_m)
+    block_m, m_tiles = _tiles(r * (hq // hkv))
     block_n = _block_n(d, block_m, p)
     chunks = max(1, max_pages * -(-p // block_n))
     target = 4 * _sm_count(device)
@@ -166,11 +159,10 @@ def _operands(pages: Tensor | QuantPages) -> tuple[Tensor, Tensor, tuple[int, in
 def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor | QuantPages, union: Tensor,
                         union_len: Tensor, row_bits: Tensor, slot_lens: Tensor, scale: float,
                         softcap: float | None = None, num_splits: int | None = None, block_n: int | None = None,
-                        num_warps: int | None = None, num_stages: int = 3,
-                        tile_m: int | None = None) -> tuple[Tensor, Tensor]:
+                        num_warps: int | None = None, num_stages: int = 3) -> tuple[Tensor, Tensor]:
     """See kernels.union_attend.attend_union; block_n / num_warps / num_stages override the launch
     rule (sweeps: bench/experiments/union_sweep.py). fp8 pools take twice the float rule's tokens
-    per tile (the same bytes). ``tile_m``: the query rows a tile of tiled tables holds (2-D union)."""
+    per tile (the same bytes)."""
     if q.device.type != "cuda" and not (INTERPRET and q.device.type == "cpu"):
         raise RuntimeError(f"attend_union(impl='triton'): tensors are on {q.device}; Triton needs CUDA "
                            "(or TRITON_INTERPRET=1 set before kernels.triton_union is imported)")
@@ -179,10 +171,7 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
     r, hq, d = q.shape
     _, p, hkv, _ = kd.shape
     group = hq // hkv
-    if union.dim() == 2 and not tile_m:
-        raise ValueError("attend_union: tiled tables need tile_m")
-    tile_m = tile_m if union.dim() == 2 else None
-    block_m, m_tiles = _tiles(r * group, tile_m)
+    block_m, m_tiles = _tiles(r * group)
     block_d = _next_pow2(max(d, 16))
     block_n = block_n or _block_n(d, block_m, p, fp8=kd.dtype == torch.float8_e4m3fn)
     if num_warps is None:
@@ -191,7 +180,7 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
         # (bench/experiments/union_sweep.py). block_n 64 and 2-4 stages were no faster.
         num_warps = 4
     if num_splits is None:
-        num_splits = union_splits(r, hq, hkv, d, p, union.shape[-1], q.device, tile_m)
+        num_splits = union_splits(r, hq, hkv, d, p, union.numel(), q.device)
     out = torch.empty(1, r, hq, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(1, r, hq, dtype=torch.float32, device=q.device)
     if r == 0:
@@ -201,7 +190,6 @@ def triton_attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor
     use_softcap = bool(softcap)
     _union_kernel[(num_splits, hkv, m_tiles)](
         q, kd, vd, ks, vs, union, union_len, row_bits, slot_lens, op, lsep,
-        union.stride(0) if tile_m else 0, 1 if tile_m else 0,
         q.stride(0), q.stride(1),
         kd.stride(0), kd.stride(1), kd.stride(2),
         vd.stride(0), vd.stride(1), vd.stride(2),

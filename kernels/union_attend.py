@@ -36,7 +36,7 @@ from torch import Tensor
 from .kv_quant import QMAX, QuantPages, dequantize_pages
 from .reference import attend_selected_reference
 
-__all__ = ["attend_union", "attend_union_reference", "union_tables", "tile_union_tables", "MAX_ROWS"]
+__all__ = ["attend_union", "attend_union_reference", "union_tables", "MAX_ROWS"]
 
 MAX_ROWS = 64  # rows per union: one int64 of bits per page
 
@@ -56,24 +56,6 @@ def union_tables(plans: list[tuple[int, ...] | None], num_pages: int) -> tuple[l
     return union, [_signed64(bits[p]) for p in union]
 
 
-def tile_union_tables(plans: list[tuple[int, ...] | None], num_pages: int, group: int,
-                      tile_m: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Tiled tables: one (union, row_bits) per tile of ``tile_m`` query rows (row r's heads are
-    query rows ``r * group .. r * group + group - 1``), each the union of only the plans of the rows
-    the tile holds, bits still numbered by row. A tile then computes only the pages its own rows
-    selected, instead of every page of the step's union for all of its rows."""
-    if tile_m < 16 or tile_m & (tile_m - 1):
-        raise ValueError(f"tile_union_tables: tile_m must be a power of two >= 16, got {tile_m}")
-    rows = len(plans) * group
-    unions, bits = [], []
-    for t in range(-(-rows // tile_m)):
-        first, last = t * tile_m // group, min(len(plans), -(-(t + 1) * tile_m // group))
-        u, b = union_tables([pl if first <= r < last else None for r, pl in enumerate(plans)], num_pages)
-        unions.append(u)
-        bits.append(b)
-    return unions, bits
-
-
 def _signed64(x: int) -> int:
     """An unsigned 64-bit pattern as the int64 torch stores (bit 63 is the sign)."""
     return x - (1 << 64) if x >= 1 << 63 else x
@@ -89,7 +71,7 @@ def _values(pages: Tensor | QuantPages, name: str) -> Tensor:
     return pages
 
 
-def _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, tile_m=None) -> None:
+def _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens) -> None:
     if q.dim() != 3:
         raise ValueError(f"attend_union: q must be (R, Hq, D), got {tuple(q.shape)}")
     quant = {name: isinstance(x, QuantPages) for name, x in (("k_pages", k_pages), ("v_pages", v_pages))}
@@ -103,19 +85,10 @@ def _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, tile_m
         raise ValueError(f"attend_union: pages {tuple(k_pages.shape)} do not fit q {tuple(q.shape)}")
     if r > MAX_ROWS:
         raise ValueError(f"attend_union: at most {MAX_ROWS} rows, got {r}")
-    if (union.dim() not in (1, 2) or union.dtype != torch.int32 or row_bits.shape != union.shape
-            or row_bits.dtype != torch.int64):
-        raise ValueError("attend_union: union must be (U,) or (tiles, U) int32 and row_bits alike int64")
-    tiles = union.shape[0] if union.dim() == 2 else 1
-    if union_len.shape != (tiles,) or union_len.dtype != torch.int32:
-        raise ValueError(f"attend_union: union_len must be a ({tiles},) int32 tensor")
-    if union.dim() == 2:
-        if union.stride(1) != 1:
-            raise ValueError("attend_union: tiled tables need unit stride along U")
-        if not tile_m or tile_m < 16 or tile_m & (tile_m - 1):
-            raise ValueError(f"attend_union: tiled tables need tile_m, a power of two >= 16, got {tile_m}")
-        if tiles * tile_m < q.shape[0] * (q.shape[1] // max(1, k_pages.shape[2])):
-            raise ValueError(f"attend_union: {tiles} tiles of {tile_m} query rows do not cover {q.shape[0]} rows")
+    if union.dim() != 1 or union.dtype != torch.int32 or row_bits.shape != union.shape or row_bits.dtype != torch.int64:
+        raise ValueError("attend_union: union must be (U,) int32 and row_bits (U,) int64")
+    if union_len.shape != (1,) or union_len.dtype != torch.int32:
+        raise ValueError("attend_union: union_len must be a (1,) int32 tensor")
     if slot_lens.shape != (s,) or slot_lens.dtype != torch.int32:
         raise ValueError(f"attend_union: slot_lens must be ({s},) int32")
     for name, t in (("k_pages", k_pages), ("v_pages", v_pages)):
@@ -151,20 +124,6 @@ def attend_union_reference(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Ten
                            softcap: float | None = None) -> tuple[Tensor, Tensor]:
     """Each row's own block table from the bits, through the plain-PyTorch page attention
     (quantised pools: the union's pages dequantised to float32 first)."""
-    if union.dim() == 2:  # tiled tables: each row's pages are in the tiles that hold it
-        r = q.shape[0]
-        plans: list[set[int]] = [set() for _ in range(r)]
-        for t in range(union.shape[0]):
-            n = int(union_len[t])
-            for p, b in zip(union[t, :n].tolist(), row_bits[t, :n].tolist()):
-                for i in range(r):
-                    if (b >> i) & 1:
-                        plans[i].add(p)
-        u, b = union_tables([tuple(sorted(pl)) for pl in plans], k_pages_count(k_pages))
-        dev = union.device
-        union = torch.tensor(u or [0], dtype=torch.int32, device=dev)
-        row_bits = torch.tensor(b or [0], dtype=torch.int64, device=dev)
-        union_len = torch.tensor([len(u)], dtype=torch.int32, device=dev)
     n = int(union_len[0])
     if isinstance(k_pages, QuantPages) or isinstance(v_pages, QuantPages):
         k_pages, v_pages, union, slot_lens = _dequantized_union(k_pages, v_pages, union, n, slot_lens)
@@ -183,11 +142,6 @@ def attend_union_reference(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Ten
     return out[:, 0], lse[:, 0]
 
 
-def k_pages_count(pages: Tensor | QuantPages) -> int:
-    """Slots in a float or quantised pool."""
-    return (pages.data if isinstance(pages, QuantPages) else pages).shape[0]
-
-
 @functools.lru_cache(maxsize=1)
 def _triton():
     try:
@@ -199,16 +153,14 @@ def _triton():
 
 def attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor | QuantPages, union: Tensor,
                  union_len: Tensor, row_bits: Tensor, slot_lens: Tensor, scale: float, softcap: float | None = None,
-                 impl: str = "auto", num_splits: int | None = None, check: bool = True,
-                 tile_m: int | None = None) -> tuple[Tensor, Tensor]:
+                 impl: str = "auto", num_splits: int | None = None, check: bool = True) -> tuple[Tensor, Tensor]:
     """See the module docstring. impl: "auto" (Triton on CUDA, else torch), "torch", "triton"
     (CUDA, or CPU tensors under TRITON_INTERPRET=1). ``num_splits``: programs along the union
-    (None: enough to fill the GPU for the union's largest size). Tiled tables (``union`` (T, U),
-    from :func:`tile_union_tables`): ``tile_m`` is the query rows a tile holds."""
+    (None: enough to fill the GPU for the union's largest size, ``union.numel()``)."""
     if impl not in ("auto", "torch", "triton"):
         raise ValueError(f"attend_union: impl must be auto, torch or triton, got {impl!r}")
     if check:
-        _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, tile_m)
+        _validate(q, k_pages, v_pages, union, union_len, row_bits, slot_lens)
     if impl == "torch" or (impl == "auto" and q.device.type != "cuda"):
         return attend_union_reference(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, scale, softcap)
     tri = _triton()
@@ -217,4 +169,4 @@ def attend_union(q: Tensor, k_pages: Tensor | QuantPages, v_pages: Tensor | Quan
             raise RuntimeError("attend_union(impl='triton'): Triton is unavailable")
         return attend_union_reference(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, scale, softcap)
     return tri.triton_attend_union(q, k_pages, v_pages, union, union_len, row_bits, slot_lens, scale, softcap,
-                                   num_splits, tile_m=tile_m)
+                                   num_splits)

@@ -26,11 +26,6 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--budget", type=float, default=0.12)
     ap.add_argument("--heads", default="4,1,256", help="Hq,Hkv,D")
-    ap.add_argument("--tile-m", default="0", help="comma list: 0 = one union for all rows; N = tiled tables "
-                    "(kernels.union_attend.tile_union_tables), each tile of N query rows its own rows' union")
-    ap.add_argument("--block-n", default="32,64")
-    ap.add_argument("--warps", default="4,8")
-    ap.add_argument("--stages", default="2,3,4")
     ap.add_argument("--kv-dtype", default="bf16", choices=("bf16", "fp8", "int8"),
                     help="pages as stored: bf16, or quantised with the default scales (kernels/kv_quant.py)")
     args = ap.parse_args()
@@ -38,7 +33,7 @@ def main() -> None:
 
     from agentctx.kernels import attend_selected
     from agentctx.kernels.triton_union import triton_attend_union
-    from agentctx.kernels.union_attend import tile_union_tables, union_tables
+    from agentctx.kernels.union_attend import union_tables
 
     hq, hkv, d = (int(x) for x in args.heads.split(","))
     dev, p = torch.device("cuda"), 256
@@ -56,17 +51,9 @@ def main() -> None:
     n_sel = max(1, round(args.budget * args.pages))
     plans = [tuple(sorted(rng.sample(range(args.pages), n_sel))) for _ in range(args.rows)]
     union, bits = union_tables(plans, args.pages)
-
-    def tables(tile_m: int):
-        if not tile_m:
-            return (torch.tensor(union + [0] * (args.pages - len(union)), dtype=torch.int32, device=dev),
-                    torch.tensor([len(union)], dtype=torch.int32, device=dev),
-                    torch.tensor(bits + [0] * (args.pages - len(union)), device=dev), len(union))
-        us, bs = tile_union_tables(plans, args.pages, hq // hkv, tile_m)
-        pad = lambda x: x + [0] * (args.pages - len(x))  # noqa: E731
-        return (torch.tensor([pad(x) for x in us], dtype=torch.int32, device=dev),
-                torch.tensor([len(x) for x in us], dtype=torch.int32, device=dev),
-                torch.tensor([pad(x) for x in bs], device=dev), sum(map(len, us)))
+    u = torch.tensor(union + [0] * (args.pages - len(union)), dtype=torch.int32, device=dev)
+    b = torch.tensor(bits + [0] * (args.pages - len(union)), device=dev)
+    n = torch.tensor([len(union)], dtype=torch.int32, device=dev)
     src = torch.empty(1 << 29, dtype=torch.float16, device=dev)
     dst = torch.empty_like(src)
     copy_s = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") / 1e3
@@ -75,28 +62,24 @@ def main() -> None:
           f"union {len(union)} pages "
           f"({len(union) / args.pages:.0%}); copy bandwidth {bw / 1e12:.2f} TB/s")
     want = None
-    ints = lambda x: [int(v) for v in x.split(",")]  # noqa: E731
-    for tile_m in ints(args.tile_m):
-        u, n, b, reads = tables(tile_m)
-        print(f" tile_m {tile_m or 'all'}: the tiles' unions hold {reads} pages ({reads / len(union):.2f}x the union)")
-        for bn in ints(args.block_n):
-            for warps in ints(args.warps):
-                for stages in ints(args.stages):
-                    def run():
-                        return triton_attend_union(q, k, v, u, n, b, lens, d**-0.5, None, block_n=bn,
-                                                   num_warps=warps, num_stages=stages, tile_m=tile_m or None)
-                    try:
-                        out = run()[0]
-                        ms = triton.testing.do_bench(run, return_mode="median")
-                    except Exception as exc:  # noqa: BLE001 - a setting that does not compile is reported
-                        print(f"  block_n {bn} warps {warps} stages {stages}: {type(exc).__name__}")
-                        continue
-                    if want is None:
-                        want = out
-                    err = ((out.float() - want.float()).norm() / want.float().norm()).item()
-                    gbps = len(union) * page_bytes / (ms / 1e3) / 1e9
-                    print(f"  block_n {bn:2d} warps {warps} stages {stages}: {1e3 * ms:7.1f} us, {gbps:6.0f} GB/s "
-                          f"of the union once ({gbps * 1e9 / bw:.0%} of copy), rel diff {err:.1e}")
+    for bn in (32, 64):
+        for warps in (4, 8):
+            for stages in (2, 3, 4):
+                def run():
+                    return triton_attend_union(q, k, v, u, n, b, lens, d**-0.5, None, block_n=bn, num_warps=warps,
+                                               num_stages=stages)
+                try:
+                    out = run()[0]
+                    ms = triton.testing.do_bench(run, return_mode="median")
+                except Exception as exc:  # noqa: BLE001 - a setting that does not compile is reported
+                    print(f"  block_n {bn} warps {warps} stages {stages}: {type(exc).__name__}")
+                    continue
+                if want is None:
+                    want = out
+                err = ((out.float() - want.float()).norm() / want.float().norm()).item()
+                gbps = len(union) * page_bytes / (ms / 1e3) / 1e9
+                print(f"  block_n {bn:2d} warps {warps} stages {stages}: {1e3 * ms:7.1f} us, {gbps:6.0f} GB/s "
+                      f"({gbps * 1e9 / bw:.0%} of copy), rel diff {err:.1e}")
     if args.kv_dtype != "bf16":
         return
     bt = torch.tensor(plans, dtype=torch.int32, device=dev)

@@ -114,18 +114,11 @@ class BatchSlots:
         # Each row's part of the flat tail / window buffers: the slot kernels' lower bounds.
         self._tail_base = torch.arange(rows, device=dev) * capacity
         self._win_base = torch.arange(rows, device=dev) * (self.wt + capacity)
-        self.tile_m = getattr(runner, "union_tile_m", 0) if union else 0
         if union:
             n = doc.num_pages
-            group = runner.config.num_attention_heads // layout.num_kv_heads
-            # Tiled tables: tile t holds query rows t*tile_m.. (rows first..last-1 of the batch).
-            tiles = [(t * self.tile_m // group, min(rows, -(-(t + 1) * self.tile_m // group)))
-                     for t in range(-(-rows * group // self.tile_m))] if self.tile_m else [(0, rows)]
-            self._tile_rows = tiles
-            lead = (len(tiles),) if self.tile_m else ()
-            self.union = torch.zeros(*lead, n, dtype=torch.int32, device=dev)
-            self.union_len = torch.zeros(len(tiles), dtype=torch.int32, device=dev)
-            self.row_bits = torch.zeros(*lead, n, dtype=torch.int64, device=dev)
+            self.union = torch.zeros(n, dtype=torch.int32, device=dev)
+            self.union_len = torch.zeros(1, dtype=torch.int32, device=dev)
+            self.row_bits = torch.zeros(n, dtype=torch.int64, device=dev)
             self._member = np.zeros((rows, n), dtype=bool)  # which pages each row selected
             self._weights = (np.uint64(1) << np.arange(rows, dtype=np.uint64)).reshape(-1, 1)
         else:
@@ -214,9 +207,6 @@ class BatchSlots:
         """The union of the rows' plans and each union page's row bits, to the device (async)."""
         if not self._dirty:
             return
-        if self.tile_m:
-            self._sync_tiles()
-            return
         cols = np.flatnonzero(self._member.any(0))
         n = len(cols)
         bits = (self._member[:, cols].astype(np.uint64) * self._weights).sum(0, dtype=np.uint64)
@@ -231,25 +221,6 @@ class BatchSlots:
             self.union[:n].copy_(host[1:], non_blocking=self._pin)
             self.row_bits[:n].copy_(hbits, non_blocking=self._pin)
         self.union_pages = n
-        self._dirty = False
-
-    def _sync_tiles(self) -> None:
-        """Tiled tables: per tile, the union of only its rows' plans and their bits (async copy)."""
-        t_n, n_pages = self.union.shape
-        host_u = torch.zeros(t_n, n_pages, dtype=torch.int32, pin_memory=self._pin)
-        host_b = torch.zeros(t_n, n_pages, dtype=torch.int64, pin_memory=self._pin)
-        host_n = torch.zeros(t_n, dtype=torch.int32, pin_memory=self._pin)
-        for t, (first, last) in enumerate(self._tile_rows):
-            member = self._member[first:last]
-            cols = np.flatnonzero(member.any(0))
-            bits = (member[:, cols].astype(np.uint64) * self._weights[first:last]).sum(0, dtype=np.uint64)
-            host_n[t] = len(cols)
-            host_u[t, : len(cols)] = torch.from_numpy(cols.astype(np.int32))
-            host_b[t, : len(cols)] = torch.from_numpy(bits.view(np.int64))
-        self.union.copy_(host_u, non_blocking=self._pin)
-        self.row_bits.copy_(host_b, non_blocking=self._pin)
-        self.union_len.copy_(host_n, non_blocking=self._pin)
-        self.union_pages = int(self._member.any(0).sum())
         self._dirty = False
 
     # ------------------------------------------------------------------ decode
@@ -374,7 +345,7 @@ def batch_static_attention(step: BatchStaticStep, layer: int, q, k, v, scale: fl
         # Dummy rows have no bit: no page is read for them (out 0, lse -inf).
         o_pages, l_pages = attend_union(q, k_pool, v_pool, bs.union, bs.union_len,
                                         bs.row_bits, bs.slot_lens, scale, softcap, impl=runner.union_impl,
-                                        check=False, tile_m=bs.tile_m or None)
+                                        check=False)
     else:
         o4, l3 = attend_selected(q.unsqueeze(1), k_pool, v_pool, bs.table[:b],
                                  bs.num_blocks[:b], bs.slot_lens, scale, softcap=softcap, impl=runner.kernel_impl)

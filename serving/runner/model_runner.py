@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 
 import torch
 
@@ -154,9 +153,6 @@ class ModelRunner(OutputHead):
         # (kernels/union_attend.py); False = each row its own block table (the row-by-row peer).
         self.union_attention = True
         self.union_impl = "torch" if kernel_impl == "torch" else "auto"
-        # Query rows per tile of tiled union tables (kernels.union_attend.tile_union_tables: each
-        # tile computes only its own rows' pages); 0 = one union for every row.
-        self.union_tile_m = int(os.environ.get("AGENTCTX_UNION_TILE_M", "0"))
 
     def _install_fusion(self, setting: str, mode: str, install, what: str, triton: bool = True):
         """Install one fusion (fused_norms / fused_rope / fused_proj) per its auto | on | off setting.

@@ -35,24 +35,15 @@ def union_cases(small: bool = True) -> dict[str, dict]:
         "one-split": dict(dtype="fp32", R=3, Hq=4, Hkv=1, D=64, S=10, P=16, pick=0.5, splits=1, seed=9),
         # The highest row bit (row 63: int64's sign bit) must select like any other.
         "sixty-four-rows": dict(dtype="fp32", R=64, Hq=1, Hkv=1, D=32, S=8, P=16, pick=0.3, seed=10),
-        # Tiled tables (each tile of 16 query rows its own rows' union): Gemma's grouping (4 rows a
-        # tile), a grouping of 3 whose rows straddle tiles, and padding past each tile's union.
-        "tiled-gemma": dict(dtype="bf16", R=8, Hq=4, Hkv=1, D=64, S=20, P=16, pick=0.3, tile_m=16, seed=13),
-        "tiled-straddle": dict(dtype="fp32", R=7, Hq=6, Hkv=2, D=32, S=12, P=16, pick=0.4, tile_m=16, pad=3,
-                               empty_row=2, seed=14),
     }
     if not small:
         cases["gemma-1k-pages"] = dict(dtype="bf16", R=16, Hq=4, Hkv=1, D=256, S=1024, P=256, pick=0.12, seed=11)
         cases["llama-256-pages"] = dict(dtype="bf16", R=16, Hq=32, Hkv=8, D=128, S=256, P=256, pick=0.12, seed=12)
-        cases["gemma-1k-pages-tiled"] = dict(dtype="bf16", R=16, Hq=4, Hkv=1, D=256, S=1024, P=256, pick=0.12,
-                                             tile_m=16, seed=11)
-        cases["llama-256-pages-tiled"] = dict(dtype="bf16", R=16, Hq=32, Hkv=8, D=128, S=256, P=256, pick=0.12,
-                                              tile_m=32, seed=12)
     return cases
 
 
 def _inputs(spec: dict, device: str):
-    from agentctx.kernels.union_attend import tile_union_tables, union_tables
+    from agentctx.kernels.union_attend import union_tables
 
     g = torch.Generator().manual_seed(spec["seed"])
     dt = _DT[spec["dtype"]]
@@ -75,18 +66,11 @@ def _inputs(spec: dict, device: str):
         elif not pick.any():
             pick[int(torch.randint(0, s, (1,), generator=g))] = True
         plans.append(tuple(int(x) for x in pick.nonzero().view(-1)))
+    union, bits = union_tables(plans, s)
     pad = spec.get("pad", 0)
-    if spec.get("tile_m"):  # tiled tables: a union per tile of query rows, padded to the longest
-        unions, bitss = tile_union_tables(plans, s, hq // hkv, spec["tile_m"])
-        width = max(map(len, unions)) + pad
-        u = torch.tensor([x + [0] * (width - len(x)) for x in unions], dtype=torch.int32)
-        b = torch.tensor([x + [-1] * (width - len(x)) for x in bitss], dtype=torch.int64)
-        n = torch.tensor([len(x) for x in unions], dtype=torch.int32)
-    else:
-        union, bits = union_tables(plans, s)
-        u = torch.tensor(union + [0] * pad, dtype=torch.int32)
-        b = torch.tensor(bits + [-1] * pad, dtype=torch.int64)  # padding: all bits set, never read
-        n = torch.tensor([len(union)], dtype=torch.int32)
+    u = torch.tensor(union + [0] * pad, dtype=torch.int32)
+    b = torch.tensor(bits + [-1] * pad, dtype=torch.int64)  # padding: all bits set, never read
+    n = torch.tensor([len(union)], dtype=torch.int32)
     to = lambda x: x.to(device)  # noqa: E731
     return (to(q), to(k), to(v), to(u), to(n), to(b), to(lens)), plans, d**-0.5, spec.get("softcap")
 
@@ -96,9 +80,9 @@ def run_union_case(spec: dict, device: str) -> None:
     from agentctx.kernels.union_attend import attend_union, attend_union_reference
 
     args, plans, scale, cap = _inputs(spec, device)
-    attend_union(*args, scale, cap, impl="torch", tile_m=spec.get("tile_m"))  # the public call's validation
+    attend_union(*args, scale, cap, impl="torch")  # the public call's validation
     want_o, want_l = attend_union_reference(*args, scale, cap)
-    got_o, got_l = triton_attend_union(*args, scale, cap, num_splits=spec.get("splits"), tile_m=spec.get("tile_m"))
+    got_o, got_l = triton_attend_union(*args, scale, cap, num_splits=spec.get("splits"))
     assert got_o.shape == want_o.shape and got_o.dtype == want_o.dtype and got_l.shape == want_l.shape
     empty = [i for i, pl in enumerate(plans) if not pl]
     live = [i for i in range(len(plans)) if plans[i]]

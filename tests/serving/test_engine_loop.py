@@ -339,26 +339,20 @@ def test_static_rows_keep_the_eager_tokens(alone, static):
     assert static.score(sreq) == pytest.approx(alone.score(sreq), abs=1e-4)
 
 
-@pytest.mark.parametrize("tile_m", [0, 16])
-def test_static_rows_logits_equal_the_eager_forward(loaded, tile_m):
+def test_static_rows_logits_equal_the_eager_forward(loaded):
     """Decode rows of four queries over two documents in static batched rows against each
     query's eager forward (fp32, < 1e-4); for three steps one query sits out, so its row runs
-    as a dummy, and it must continue intact. tile_m 16: tiled union tables (each tile of 16 query
-    rows its own rows' union)."""
+    as a dummy, and it must continue intact."""
     eager = _engine(loaded, decode_batch=1)
     st = _engine(loaded, decode_batch=8, query_mode="static")
-    st.runner.union_tile_m = tile_m
-    # Six rows on "a": with Gemma's 4 query heads a row, rows 4-5 are in the second tile of 16.
-    plans = [("a", None), ("a", (0, 3)), ("b", (1,)), ("a", (2, 4, 5)), ("a", (1, 5)), ("a", (0, 2, 4)),
-             ("a", (3,))]
-    toks = [[40, 41, 42], [50, 51], [60, 61, 62, 63], [70], [80, 81], [90], [100, 101, 102]]
+    plans = [("a", None), ("a", (0, 3)), ("b", (1,)), ("a", (2, 4, 5))]
+    toks = [[40, 41, 42], [50, 51], [60, 61, 62, 63], [70]]
     tails = {e: [e.runner.new_tail(e.kv.get(c)) for c, _ in plans] for e in (eager, st)}
 
     def step(e, which):
         return run_rows(e.runner, [Row(e.kv.get(plans[i][0]), tails[e][i], toks[i], plans[i][1]) for i in which])
 
-    every = list(range(len(plans)))
-    for which in (every, every, [0, 2, 3, 4, 5, 6], [0, 2, 3, 4, 5, 6], [0, 2, 3, 5, 6], every):
+    for which in ([0, 1, 2, 3], [0, 1, 2, 3], [0, 2, 3], [0, 2, 3], [0, 2, 3], [0, 1, 2, 3]):
         want, got = step(eager, which), step(st, which)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, atol=1e-4, rtol=0)
