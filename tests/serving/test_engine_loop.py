@@ -269,6 +269,34 @@ def test_jobs_and_steps_share_the_time_while_requests_run():
     loop.shutdown()
 
 
+def test_an_owed_job_waits_for_a_clients_next_request():
+    """A client that asks again as soon as its answer came finds the loop idle for a moment: while
+    steps are owed, a queued job waits job_grace_s for that request instead of holding it for the
+    job's whole length."""
+    import threading
+    import time
+
+    def run_step(rows):
+        time.sleep(0.010)
+        return StepOutput(torch.zeros(len(rows), 8), list(range(len(rows))))
+
+    loop = EngineLoop(run_step, Scheduler())
+    loop.job_grace_s = 1.0  # generous: the test must not depend on this box's load
+    jobs_at_step: list[int] = []
+    loop.on_step = lambda plan: jobs_at_step.append(loop.stats.jobs)
+    loop.call(lambda: time.sleep(0.2))  # a first job: the next one is owed ~0.4 s of steps
+    list(loop.submit(Request(None, QueryTail(0), [1], pages=(0,), max_new_tokens=3)).stream)
+    job = threading.Thread(target=loop.call, args=(lambda: time.sleep(0.2),))
+    job.start()
+    time.sleep(0.05)
+    start = len(jobs_at_step)
+    list(loop.submit(Request(None, QueryTail(0), [1], pages=(0,), max_new_tokens=3)).stream)
+    job.join()
+    assert jobs_at_step[start:] and set(jobs_at_step[start:]) == {1}, jobs_at_step  # before the second job
+    assert loop.stats.jobs == 2
+    loop.shutdown()
+
+
 def test_shutdown_ends_what_is_queued_and_leaves_no_thread(loaded):
     e = _engine(loaded, decode_batch=2)
     reqs = [e.submit(GenerateRequest("a", "Q: who?", max_new_tokens=200)) for _ in range(3)]
