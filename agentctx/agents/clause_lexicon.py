@@ -28,7 +28,8 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "MAY_END", "PASSIVE_NONDISCLOSURE", "NOT_MODAL",
-           "CONSENT", "PAY_SCHEDULE", "ASSIGN_CONDITION", "normalize", "title_matches", "body_evidence", "legal_voice"]
+           "CONSENT", "PAY_SCHEDULE", "ASSIGN_CONDITION", "PROMISE_TO_PAY_SIDES",
+           "MAY_BE_TRANSFERRED_ONLY", "normalize", "title_matches", "body_evidence", "legal_voice"]
 
 
 def _rx(*patterns: str) -> tuple[re.Pattern, ...]:
@@ -69,6 +70,15 @@ MAY_END = (r"\bmay\s+(?:\w+\s+){0,2}end\s+(?:this|these|the|our|your|its)\s+(?:\
 # stated as keeping to a schedule
 PAY_SCHEDULE = (r"\b(?:agrees?\s+to|will|shall|must)\s+(?:\w+\s+)?(?:stick|keep|adhere|abide|hold|follow)\s+"
                 r"(?:(?:to|by)\s+)?(?:the|this|a|our)\s+(?:\w+\s+){0,2}payment\s+schedule\b")
+# The maker of a promissory note, defined, promises to pay the payee, defined: "For value received Acme, Inc. (the
+# "Issuer") promises to pay to the order of the registered holder (the "Noteholder") the principal sum ...". The
+# promise names both sides, as "between A and B" does in an agreement.
+PROMISE_TO_PAY_SIDES = (r"\(\s*(?:the\s+)?[*_]*[\"\u201c][^\"\u201d]{1,40}[\"\u201d][*_]*\s*\)[^.;]{0,80}?"
+                        r"\bpromises?\s+to\s+pay\s+(?:to\s+)?[^.;]{0,160}?\(\s*(?:the\s+)?[*_]*[\"\u201c]")
+# A permission to transfer that holds only on a condition is the restriction: "This Note may be transferred only
+# upon its surrender to the Issuer", "may only be assigned with the consent of ...".
+MAY_BE_TRANSFERRED_ONLY = (r"\bmay\s+only\s+be\s+(?:assigned|transferred)\b|\bmay\s+be\s+(?:assigned|transferred)\b"
+                           r"[^.;]{0,60}?\bonly\s+(?:if|upon|on|with|after|to|by|in\s+accordance)\b")
 # "may not", "cannot", and plain-language drafting's contractions ("you can't transfer this contract", "won't")
 NOT_MODAL = r"(?:(?:may|shall|will|must|can)\s*not|(?:can|won|mustn|shan)['\u2019]t)"
 # what a restriction waits for: "without the prior written consent (permission, approval) of the other party"
@@ -99,6 +109,9 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\b(?:is|are)\s+willing\s+to\s+(?:grant|licen[cs]e|provide|offer|sell|supply|make)\b[^.;]{0,60}\byou\b",
             # a plain-language acceptance that names the other side: "you must agree to these terms with X"
             r"\bagree(?:s|ing)?\s+to\s+(?:these|this|the)\s+(?:\w+\s+){0,2}(?:terms|agreement|conditions)\s+with\b",
+            # a promissory note names its sides in the promise: its maker, defined, "promises to pay to" the
+            # payee, defined ("Acme (the "Issuer") promises to pay to the holder (the "Noteholder") ...")
+            PROMISE_TO_PAY_SIDES,
         ),
         weak=_rx(r"\b(?:hereinafter|referred\s+to\s+(?:below\s+|herein\s+|hereafter\s+)?as)\b",
                  r"\beach\s+a\s+[\"\u201c]?party\b"),
@@ -312,6 +325,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\b(?:may|shall|will|must|can)\s*not\s+(?:\w+,\s+){1,3}(?:\w+\s+)?(?:assign|transfer)\b"
             r"[^.;]{0,60}\b(?:agreement|rights?|obligations?|licen[cs]es?)\b",
             r"\bnot\s+(?:be\s+)?(?:assignable|transferable|assigned|transferred)\b",
+            MAY_BE_TRANSFERRED_ONLY,
             r"\bnon-?(?:assignable|transfera?ble)\b",
             r"\bmay\s+(?:freely\s+)?(?:assign|transfer)\s+(?:this|the|its|any|all|licensee's)\s+(?:\w+\s+){0,2}"
             r"(?:agreement|licen[cs]es?|rights?|obligations?|program|order\s+forms?|contract)\b",

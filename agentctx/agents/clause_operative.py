@@ -33,13 +33,15 @@ from .clause_lexicon import (
     ASSIGN_CONDITION,
     CONSENT,
     FEE_TAKEN,
+    MAY_BE_TRANSFERRED_ONLY,
     MAY_END,
     NOT_MODAL,
     PASSIVE_NONDISCLOSURE,
     PAY_SCHEDULE,
 )
 
-__all__ = ["OperativeLexicon", "OPERATIVE", "CORE_BONUS", "MAX_CORE", "RELATED_PENALTY", "operative_adjustment"]
+__all__ = ["OperativeLexicon", "OPERATIVE", "CORE_BONUS", "MAX_CORE", "RELATED_PENALTY", "DEFINITION",
+           "operative_adjustment"]
 
 CORE_BONUS = 0.75
 MAX_CORE = 1.5
@@ -94,6 +96,8 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
         "payment",
         core=_rx(
             r"\b(?:shall|will|must|agrees?\s+to)\s+(?:promptly\s+)?pay\b",
+            # a note's or a bond's maker "promises (undertakes, covenants) to pay" the principal: the duty to pay
+            r"\b(?:promises?|undertakes?|covenants?)\s+to\s+(?:promptly\s+)?pay\b",
             rf"\b(?:payable|due|paid)\s+(?:with)?in\s+{_NUM_DAYS}\b",
             rf"\bwithin\s+{_NUM_DAYS}\b",  # the due date: "within thirty (30) days of the invoice date"
             r"\b(?:pay(?:s|ing|able)?|paid|billed|charged)\s+(?:\w+\s+){0,2}in\s+advance\b",  # the due date too
@@ -116,7 +120,12 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             # you send promptly") is background to the duty, not the duty
             r"^(?:we|you|the\s+parties|each\s+party)\s+(?:\w+\s+)?(?:understands?|recogni[sz]es?|appreciates?|know)\s+"
             r"(?:how|that|why)\b",
+            # cash paid instead of a fractional share on a conversion is a mechanic of the conversion, not the duty
+            r"\bin\s+lieu\s+of\s+(?:any\s+|issuing\s+|the\s+)?fractional\b",
         ),
+        # the interest a loan bears on its principal is part of what is owed ("promises to pay the principal with
+        # interest on the unpaid principal at 6% per annum"), not interest on late payments
+        not_related=_rx(r"\binterest\s+(?:on|upon)\s+(?:the\s+|all\s+|any\s+)?(?:outstanding|unpaid)\s+principal\b"),
     ),
     OperativeLexicon(
         "termination",
@@ -198,6 +207,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
                  r"\bnot\s+(?:be\s+)?(?:assignable|transferable)\b",
                  rf"\bassign\w*\b[^.;]{{0,160}}\bwithout\b[^.;]{{0,60}}\b{CONSENT}\b",
                  ASSIGN_CONDITION,  # "as a condition of the assignment, the assignee must agree in writing ..."
+                 MAY_BE_TRANSFERRED_ONLY,  # "This Note may be transferred only upon its surrender to the Issuer"
                  # the consent before the verb: "will not, without the prior written consent of X, assign"
                  r"\b(?:may|shall|will|must|can)\s*not\s*,?\s+(?:without|except\s+with)\b[^.;]{0,120}\bconsent\b"
                  r"[^.;]{0,80}?,\s*(?:\w+\s+){0,2}(?:assign|transfer)\b",
@@ -211,9 +221,20 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
 ]}
 
 
+# A sentence that defines a term ('"Change of Control" means ...', 'For purposes of this Note, a "Sale" means ...')
+# is never the operative sentence of a kind but parties, whose sides may be named only by their definitions
+# (docs/REVIEW.md): it carries the kind's words without stating its rule.
+DEFINITION = re.compile(r"^(?:for\s+(?:the\s+)?purposes\s+of\s+[^,.;]{1,80},\s*)?(?:an?\s+|the\s+|each\s+)?[*_]*"
+                        r"[\"\u201c][^\"\u201d]{1,60}[\"\u201d][*_]*\s*(?:\([^)]{0,40}\)\s*)?(?:shall\s+|will\s+)?"
+                        r"(?:means?|refers?\s+to|has\s+the\s+meaning|shall\s+have\s+the\s+meaning)\b", re.I)
+
+
 def operative_adjustment(kind: str, sentence: str) -> tuple[float, list[str]]:
     """(ranking adjustment, why) of one normalised sentence for ``kind``: core language up,
-    a related provision's language down; 0 for kinds without such a lexicon."""
+    a related provision's language down, a definition down (every kind but parties); 0 for
+    kinds without such a lexicon that the sentence does not define."""
+    if kind != "parties" and DEFINITION.search(sentence):
+        return -RELATED_PENALTY, ["-definition"]
     lex = OPERATIVE.get(kind)
     if lex is None:
         return 0.0, []

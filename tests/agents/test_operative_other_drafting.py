@@ -5,7 +5,9 @@ dev document or a published agreement. docs/REVIEW.md, "The operative sentence o
 
 from __future__ import annotations
 
-from agentctx.agents.clause_candidates import draw_candidates
+from agentctx.agents import CLAUSE_KINDS
+from agentctx.agents.clause_candidates import draw_candidates, rules_only
+from agentctx.agents.clause_operative import operative_adjustment
 from agentctx.retrieval.structure import parse_structure
 
 
@@ -325,3 +327,46 @@ def test_keeping_to_the_payment_schedule_is_cited_not_a_statement_of_understandi
             "below.\n\n"
             "[schedule]\n")
     assert _best(text, "payment").startswith("We agree to keep to the payment schedule")
+
+
+# A promissory note (eighth blind round): the instrument names its sides in the promise to pay, the promise is the
+# duty to pay, and a transfer allowed only on a condition is its assignment clause.
+_NOTE = ("BRIDGE NOTE\n\n"
+         "For value received, Bellweather Robotics, Inc. (the \"Borrower\") promises to pay to the order of Ada "
+         "Ventures LP (the \"Lender\") the principal sum of $50,000 with interest on the unpaid principal at 6% per "
+         "annum.\n\n"
+         "2. Conversion Mechanics\n\n"
+         "2.1 Fractions. On a conversion, in lieu of any fractional units the Borrower shall pay the Lender cash "
+         "equal to the fraction times the conversion price.\n\n"
+         "2.2 For purposes of this certificate, a \"Sale Event\" means a merger of the Borrower, a change of "
+         "control of the Borrower or a transfer of all or substantially all of its assets.\n\n"
+         "3. Transfers\n\n"
+         "This certificate may be transferred only upon its surrender to the Borrower for registration, duly "
+         "endorsed.\n")
+
+
+def test_a_makers_promise_to_pay_is_the_duty_to_pay_not_the_cash_for_a_fractional_unit():
+    """"promises to pay" is a duty to pay, the interest a loan bears on its principal is part of the debt (not
+    late interest), and cash paid in lieu of a fractional unit is a mechanic of the conversion."""
+    assert _best(_NOTE, "payment").startswith("For value received, Bellweather Robotics")
+
+
+def test_the_promise_to_pay_names_the_maker_and_the_payee():
+    """No "between": the defined maker promises to pay the defined payee. Both kinds cite the promise, since it
+    carries both (before, parties lost it to payment and fell back to nothing)."""
+    chosen = rules_only(parse_structure(_NOTE), CLAUSE_KINDS)
+    for kind in ("parties", "payment"):
+        assert chosen[kind] is not None, kind
+        assert _NOTE[chosen[kind].unit_start:].startswith("For value received"), kind
+
+
+def test_a_transfer_allowed_only_on_a_condition_is_the_assignment_clause_not_a_definition():
+    assert _best(_NOTE, "assignment").startswith("This certificate may be transferred only upon")
+
+
+def test_a_definition_is_never_the_operative_sentence_but_of_the_sides():
+    sale = 'For purposes of this certificate, a "Sale Event" means a merger or a change of control of the Borrower.'
+    delta, why = operative_adjustment("assignment", sale)
+    assert delta < 0 and why == ["-definition"]
+    assert operative_adjustment("term", '"Renewal Term" means each further period of one year.')[0] < 0
+    assert operative_adjustment("parties", '"Licensor" means the owner of the copyright.') == (0.0, [])
