@@ -6,9 +6,9 @@ A 24-token greedy generation over a 4K-token contract alone, then started 0.2 s 
 ~7.5K-token document's prefill on the same engine. Three scheduler policies, alternating in one
 process (each with the generation's longest wait between two pieces of streamed text):
 "one step per job" (the policy before 2026-12-05: a prefill chunk of 1,024 tokens, then one
-step, then the next chunk), "time shared 1:1" (the policy until 2026-12-07: while requests run, a
-job waits until the steps since the last job have had as long as it took) and "requests 2:1" (the
-default since: twice as long, serving/engine/loop.py ``STEP_SHARE``). A third policy, prefill chunks sized
+step, then the next chunk), "time shared 1:1" (the default: while requests run, a job waits until
+the steps since the last job have had as long as it took, serving/engine/loop.py ``STEP_SHARE``)
+and "requests 2:1" (twice as long; tried 2026-12-07, not kept: BENCHMARKS §4g). A third policy, prefill chunks sized
 to ~4 decode steps (256 tokens here) beside running requests, was tried: the same generation
 time and longest wait within noise, the prefill up to 7% slower; not kept.
 """

@@ -10,9 +10,8 @@ that is done early calls :meth:`abort`.
 
 Jobs (a document prefill chunk, run through :meth:`call`) go between steps; while requests run,
 a job waits until the steps since the last job have had ``step_share`` times as long as that job
-took (2: requests get two thirds of the replica's time while they run, a background prefill or
-restore the rest, and all of it when no request runs). A job owed to steps also waits
-``job_grace_s`` after the last step, so a client that asks again at once gets its share too.
+took (1: requests and a background prefill or restore share the replica's time half and half
+while requests run; the prefill gets all of it when none does).
 
 :meth:`step` is public: tests drive the loop without its thread.
 """
@@ -36,8 +35,7 @@ from agentctx.serving.runner.batch_forward import Row, StepOutput
 __all__ = ["EngineLoop", "LoopStats", "GRAPH_DECODE_STEPS"]
 
 log = logging.getLogger(__name__)
-STEP_SHARE = 2.0  # while requests run, steps get this many times a job's time between two jobs
-JOB_GRACE_S = 0.2  # how long an owed job waits after the last step for a client's next request
+STEP_SHARE = 1.0  # while requests run, steps get this many times a job's time between two jobs
 
 
 @dataclass(eq=False)
@@ -70,11 +68,9 @@ class EngineLoop(EngineStep):
         self._stopped = False
         self._last_job_s = 0.0  # how long the last job took, and the steps' time since
         self._steps_since_job_s = 0.0
-        # Steps' time owed per second of job while requests run (module docstring). 1 gave a query
-        # 2.1-2.5x its idle latency beside a document's prefill on the 2-core box (BENCHMARKS §4g).
+        # Steps' time owed per second of job while requests run (module docstring). 2, and a grace
+        # for a client's next request, were tried: no measurable change (BENCHMARKS §4g).
         self.step_share = STEP_SHARE
-        self.job_grace_s = JOB_GRACE_S
-        self._last_step_at = 0.0  # when the last step ended (perf_counter)
 
     # ------------------------------------------------------------------ callers' side (any thread)
     def submit(self, req: Request) -> Request:
@@ -150,16 +146,8 @@ class EngineLoop(EngineStep):
                 # Jobs and steps share the time: while requests run, a job waits until the
                 # steps since the last job have had step_share times as long as that job took.
                 busy = self.scheduler.has_work() or bool(self._inbox)
-                owed = self._steps_since_job_s < self.step_share * self._last_job_s
-                # A client that asks again as soon as it has its answer finds the loop idle for a
-                # moment; a job started then would hold its next request for the job's whole
-                # length (each sequential query ~2x its idle latency beside a restore). So while
-                # steps are owed, a job waits job_grace_s after the last step for such a request.
-                wait = self.job_grace_s - (time.perf_counter() - self._last_step_at)
-                if self._jobs and owed and not busy and wait > 0:
-                    self._cv.wait(wait)
-                    continue
-                job = self._jobs.popleft() if self._jobs and not (owed and busy) else None
+                owed = busy and self._steps_since_job_s < self.step_share * self._last_job_s
+                job = self._jobs.popleft() if self._jobs and not owed else None
             if job is not None:
                 self._run_job(job)
                 continue
@@ -174,8 +162,6 @@ class EngineLoop(EngineStep):
             if not stepped and self._jobs:
                 self._steps_since_job_s = self.step_share * self._last_job_s  # nothing to step: the job goes now
             self._steps_since_job_s += time.perf_counter() - t0
-            if stepped:
-                self._last_step_at = time.perf_counter()
 
     def _run_job(self, job: _Job) -> None:
         t0 = time.perf_counter()

@@ -249,7 +249,7 @@ def test_a_prefill_interleaves_with_running_generations(loaded):
 
 def test_jobs_and_steps_share_the_time_while_requests_run():
     """A prefill's jobs (0.1 s each) beside a decoding request (10 ms steps): between two jobs the
-    steps get step_share (2) times as long as a job took (~20 steps), instead of one step per job."""
+    steps get about as long as a job took (~10 steps), instead of one step per job."""
     import time
 
     def run_step(rows):
@@ -265,35 +265,7 @@ def test_jobs_and_steps_share_the_time_while_requests_run():
         loop.call(lambda: time.sleep(0.1))
     list(req.stream)
     between = [jobs_at_step.count(j) for j in (1, 2, 3)]  # steps run after job j and before job j + 1
-    assert all(n >= 12 for n in between), between  # ~20 each; one step per job before
-    loop.shutdown()
-
-
-def test_an_owed_job_waits_for_a_clients_next_request():
-    """A client that asks again as soon as its answer came finds the loop idle for a moment: while
-    steps are owed, a queued job waits job_grace_s for that request instead of holding it for the
-    job's whole length."""
-    import threading
-    import time
-
-    def run_step(rows):
-        time.sleep(0.010)
-        return StepOutput(torch.zeros(len(rows), 8), list(range(len(rows))))
-
-    loop = EngineLoop(run_step, Scheduler())
-    loop.job_grace_s = 1.0  # generous: the test must not depend on this box's load
-    jobs_at_step: list[int] = []
-    loop.on_step = lambda plan: jobs_at_step.append(loop.stats.jobs)
-    loop.call(lambda: time.sleep(0.2))  # a first job: the next one is owed ~0.4 s of steps
-    list(loop.submit(Request(None, QueryTail(0), [1], pages=(0,), max_new_tokens=3)).stream)
-    job = threading.Thread(target=loop.call, args=(lambda: time.sleep(0.2),))
-    job.start()
-    time.sleep(0.05)
-    start = len(jobs_at_step)
-    list(loop.submit(Request(None, QueryTail(0), [1], pages=(0,), max_new_tokens=3)).stream)
-    job.join()
-    assert jobs_at_step[start:] and set(jobs_at_step[start:]) == {1}, jobs_at_step  # before the second job
-    assert loop.stats.jobs == 2
+    assert all(n >= 4 for n in between), between  # ~10 each; one step per job before
     loop.shutdown()
 
 
