@@ -44,6 +44,7 @@ from agentctx.kernels.triton_config import choose_config  # noqa: E402
 
 VARIANTS = {  # name -> choose_config overrides (on top of the bf16 heuristics)
     "default": {},
+    "float-rule": {},  # the bf16 heuristics as they are (the quantised default's rule before 2026-12-07)
     "warps8": dict(num_warps=8),
     "warps8-bn2x": dict(num_warps=8, block_n="2x"),
 }

@@ -24,10 +24,25 @@ from torch import Tensor
 
 from .kv_quant import QuantPages
 from .triton_attend import INTERPRET, _merge, _outputs, _plan_launch
-from .triton_config import TritonConfig
+from .triton_config import TritonConfig, choose_config
 from .triton_dequant import SCALE_MODE, dot_f16, pv_dequant, scale_strides, scores_dequant
 
-__all__ = ["triton_attend_selected_quant", "SCALE_MODE"]
+__all__ = ["triton_attend_selected_quant", "quant_config", "SCALE_MODE"]
+
+
+def quant_config(q: Tensor, pages: QuantPages, M: int) -> TritonConfig:
+    """Launch parameters for a quantised pool: the bf16 heuristics, except fp8 pages with heads of
+    <= 128 (Llama-style), which take 8 warps and twice the float rule's tokens per tile (the bytes of
+    a bf16 tile). On two H100s (bench/bench_kernels_quant.py, BENCHMARKS §3b) that gave Llama-8B
+    heads 1.10-1.16x bf16 at 128K (1.07-1.11x with the float rule) and 1.24-1.38x at 1M
+    (1.03-1.05x); Gemma's 256-wide heads lost with it at 1M (0.96-1.02x against 1.10-1.15x), and
+    int8 pages were best with the float rule."""
+    B, Tq, Hq, D = q.shape
+    _, P, Hkv, _ = pages.data.shape
+    base = choose_config(B, Tq, Hq, Hkv, D, P, M, q.device)
+    if pages.data.dtype != torch.float8_e4m3fn or D > 128:
+        return base
+    return choose_config(B, Tq, Hq, Hkv, D, P, M, q.device, num_warps=8, block_n=min(2 * base.block_n, P))
 
 
 @triton.jit(do_not_specialize=["chunks_per_split", "num_splits"])
@@ -140,10 +155,12 @@ def triton_attend_selected_quant(
 ) -> tuple[Tensor, Tensor]:
     """:func:`~agentctx.kernels.attend_selected.attend_selected_quant` through the paged split-K
     kernels (inputs validated there). ``config``: an explicit :class:`TritonConfig` (default
-    :func:`~agentctx.kernels.triton_config.choose_config`, the bf16 heuristics: the same tokens
-    per tile, half the bytes).
+    :func:`quant_config`: the bf16 heuristics, or for fp8 pages with heads of <= 128 twice the
+    tokens per tile and 8 warps).
     """
     kd, vd = k_pages.data, v_pages.data
+    if config is None:
+        config = quant_config(q, k_pages, block_table.shape[1])
     plan = _plan_launch(q, kd.shape, block_table.shape[1], config)
     num_blocks = num_blocks.contiguous()
     slot_lens = slot_lens.contiguous()

@@ -261,3 +261,23 @@ def test_quant_kernel_compiles_for_sm90(shape):
     report = _ptxas_report(kernel.asm["ptx"])
     if report is not None:
         assert "0 bytes spill stores" in report, report
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+def test_fp8_pages_with_narrow_heads_take_wider_tiles():
+    """quant_config: fp8 pages with heads of <= 128 take 8 warps and twice the float rule's tokens
+    per tile; Gemma's 256-wide heads and int8 pages keep the float rule (BENCHMARKS §3b)."""
+    from agentctx.kernels.kv_quant import quantize_pages
+    from agentctx.kernels.triton_attend_quant import quant_config
+    from agentctx.kernels.triton_config import choose_config
+
+    def cfg(kv, hq, hkv, d):
+        pages = quantize_pages(torch.randn(8, 256, hkv, d), kv, part="k")
+        q = torch.zeros(1, 1, hq, d)
+        return quant_config(q, pages, 8), choose_config(1, 1, hq, hkv, d, 256, 8, q.device)
+
+    got, base = cfg("fp8", 32, 8, 128)
+    assert (got.num_warps, got.block_n) == (8, 2 * base.block_n)
+    for kv, hq, hkv, d in (("fp8", 4, 1, 256), ("int8", 32, 8, 128)):
+        got, base = cfg(kv, hq, hkv, d)
+        assert repr(got) == repr(base)
