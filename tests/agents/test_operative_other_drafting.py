@@ -9,13 +9,7 @@ from agentctx.agents import CLAUSE_KINDS
 from agentctx.agents.clause_candidates import draw_candidates, rules_only
 from agentctx.agents.clause_operative import operative_adjustment
 from agentctx.retrieval.structure import parse_structure
-
-
-def _best(text: str, kind: str) -> str:
-    st = parse_structure(text)
-    dec = draw_candidates(st, kind)
-    assert dec.found, (kind, dec.best)
-    return " ".join(text[dec.best.start:dec.best.end].split())
+from tests.agents.cited import best_sentence as _best
 
 
 def test_the_restriction_with_a_list_of_verbs_is_cited_not_the_other_sides_permission():

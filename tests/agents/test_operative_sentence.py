@@ -7,15 +7,9 @@ published agreement. docs/REVIEW.md, "The operative sentence of each kind", stat
 
 from __future__ import annotations
 
-from agentctx.agents.clause_candidates import draw_candidates, rules_only
+from agentctx.agents.clause_candidates import rules_only
 from agentctx.retrieval.structure import parse_structure
-
-
-def _best(text: str, kind: str) -> str:
-    st = parse_structure(text)
-    dec = draw_candidates(st, kind)
-    assert dec.found, (kind, dec.best)
-    return " ".join(text[dec.best.start:dec.best.end].split())
+from tests.agents.cited import best_sentence as _best
 
 
 def test_the_cap_is_cited_not_the_damages_waiver_in_the_same_section():

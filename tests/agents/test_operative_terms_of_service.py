@@ -6,14 +6,7 @@ each kind".
 
 from __future__ import annotations
 
-from agentctx.agents.clause_candidates import draw_candidates
-from agentctx.retrieval.structure import parse_structure
-
-
-def _best(text: str, kind: str) -> str:
-    dec = draw_candidates(parse_structure(text), kind)
-    assert dec.found, (kind, dec.best)
-    return " ".join(text[dec.best.start:dec.best.end].split())
+from tests.agents.cited import best_sentence as _best
 
 
 def test_the_right_to_suspend_or_terminate_an_account_is_the_termination_clause():

@@ -5,9 +5,9 @@ not copied from a dev document or a published agreement).
 
 from __future__ import annotations
 
-from agentctx.agents.clause_candidates import draw_candidates
 from agentctx.retrieval.sentences import blocks, html_visible
 from agentctx.retrieval.structure import parse_structure
+from tests.agents.cited import best_sentence as _best
 
 _HTML = (
     "      <section>\n"
@@ -32,12 +32,6 @@ _HTML = (
     "        </ul>\n"
     "      </section>\n"
 )
-
-
-def _best(text: str, kind: str) -> str:
-    dec = draw_candidates(parse_structure(text), kind)
-    assert dec.found, (kind, dec.best)
-    return " ".join(text[dec.best.start:dec.best.end].split())
 
 
 def test_each_html_list_item_is_a_block_and_tag_lines_separate_them():
