@@ -68,15 +68,17 @@ def main(argv: list[str]) -> int:
         proc = subprocess.Popen(cmd, env=env, stdout=open(out / "serve.log", "a"), stderr=subprocess.STDOUT,
                                 start_new_session=True)
         t0 = time.time()
+        # Ready as a load balancer sees it: /readyz answers 200 once the store and a model replica
+        # answer (the ingress connects them in the background as it starts; /healthz is liveness only).
         while True:
             try:
-                urllib.request.urlopen(url + "/healthz", timeout=5)
-                print(f"serve up in {time.time() - t0:.0f} s", flush=True)
+                urllib.request.urlopen(url + "/readyz", timeout=5)
+                print(f"serve ready in {time.time() - t0:.0f} s", flush=True)
                 return proc
             except OSError:
                 if time.time() - t0 > 600 or proc.poll() is not None:
                     raise SystemExit(f"serve did not start; see {out / 'serve.log'}") from None
-                time.sleep(3)
+                time.sleep(1)
 
     def stop(proc):
         os.killpg(proc.pid, signal.SIGINT)

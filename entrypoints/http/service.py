@@ -78,6 +78,24 @@ class ApiService:
         self._load_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.restores = RestoreJobs(self._restore, cfg.serve.restore_wait_s, cfg.serve.retry_after_s)
         self.started_at = int(time.time())
+        # The first request of a started (or restarted) service would connect the store, reach the
+        # store actor and make Serve's first call to the model replicas: ~1.2 s on a 2-core box,
+        # against 0.02 s for the same status read after it. Do that now, in the background.
+        self.warmed = self.pool.submit(self._warm_up)
+
+    def _warm_up(self) -> None:
+        """Connect the runtime, touch the store and the replicas; a failure is left to the first
+        request, which meets (and reports) it again."""
+        try:
+            rt = self.runtime()
+            try:
+                rt.store.get_record(f"warm-up-{uuid.uuid4().hex[:8]}", "default")
+            except ContextNotFoundError:
+                pass
+            rt.store.has_pages([])
+            self._take_info(self.client.info())
+        except Exception as exc:  # noqa: BLE001 - nothing depends on it
+            log.info("ingress warm-up did not finish (%s: %s); the first request connects", type(exc).__name__, exc)
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -109,12 +127,15 @@ class ApiService:
 
     async def model_id(self) -> str:
         if self._model_id is None:
-            info = await self.model_call(self.client.ainfo())
-            self._max_token_bytes = int(info.get("max_token_bytes") or 0) or None
-            self.has_chat_template = bool(info.get("chat_template"))
-            self._model_id = info["model_id"]
-            self.metrics.replicas.update(info)
+            self._take_info(await self.model_call(self.client.ainfo()))
         return self._model_id
+
+    def _take_info(self, info: dict) -> None:
+        """Keep what the routes need from a replica's ``info``."""
+        self._max_token_bytes = int(info.get("max_token_bytes") or 0) or None
+        self.has_chat_template = bool(info.get("chat_template"))
+        self._model_id = info["model_id"]
+        self.metrics.replicas.update(info)
 
     @property
     def known_model_id(self) -> str | None:

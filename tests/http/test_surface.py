@@ -298,6 +298,20 @@ def test_operator_metrics(stack, a, cid):
     assert store_bytes > 0
 
 
+def test_a_started_ingress_connects_before_its_first_request(stack):
+    """The store connection and the replicas' info are fetched as the ingress starts, in the
+    background: a restarted service's first request no longer pays for them (~1.2 s on CPU)."""
+    from agentctx.entrypoints.http.service import ApiService
+
+    svc = ApiService(stack.cfg)
+    try:
+        svc.warmed.result(timeout=60)
+        assert svc._rt is not None  # noqa: SLF001 - what the first request would have connected
+        assert svc.known_model_id == stack.rt.client.info()["model_id"]
+    finally:
+        svc.pool.shutdown(wait=False)
+
+
 # ------------------------------------------------------------------------------ 8: readiness (kills Redis: last)
 def test_readiness_follows_the_store_liveness_does_not(stack, redis):
     anon = stack.client(None)
