@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 __all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "MAY_END", "PASSIVE_NONDISCLOSURE", "NOT_MODAL",
            "CONSENT", "PAY_SCHEDULE", "ASSIGN_CONDITION", "PROMISE_TO_PAY_SIDES",
-           "MAY_BE_TRANSFERRED_ONLY", "normalize", "title_matches", "body_evidence", "legal_voice"]
+           "MAY_BE_TRANSFERRED_ONLY", "DURATION_UNTIL_TERMINATED", "normalize", "title_matches", "body_evidence",
+           "legal_voice"]
 
 
 def _rx(*patterns: str) -> tuple[re.Pattern, ...]:
@@ -63,6 +64,11 @@ PARTY_ROLES = frozenset("""licensor licensee licensors licensees you your recipi
 _DAYS = r"(?:\w+[\s-]+)?\(?\d+\)?\s*(?:business\s+|calendar\s+)?days?"
 # "may debit (or withhold) administrative fees from the fund", "deducts its commission from each payment"
 FEE_TAKEN = r"\b(?:debit|deduct|withhold|retain|collect)s?\b[^.;]{0,40}\b(?:fees?|commissions?)\b[^.;]{0,60}\bfrom\b"
+# How long an agreement lasts, stated through its end: "continues until the Main Agreement expires or is
+# terminated", "is effective until terminated", "unless sooner terminated". Not a termination clause where the
+# sentence gives no side a right to terminate.
+DURATION_UNTIL_TERMINATED = (r"^(?!.*\b(?:may|shall|will|can|must)\s+(?:\w+\s+){0,2}terminate\b)"
+                             r".*\b(?:until|unless)\s+(?:[^.;]{0,80}?\b(?:is|are|be|been)\s+)?(?:\w+\s+)?terminated\b")
 # "either party may end this agreement", "you may end the agreement written out in these terms"
 MAY_END = (r"\bmay\s+(?:\w+\s+){0,2}end\s+(?:this|these|the|our|your|its)\s+(?:\w+\s+){0,2}"
             r"(?:agreement|licen[cs]e|contract|terms|relationship|subscription)\b")
@@ -213,7 +219,10 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         ),
         weak=_rx(r"\bupon\s+termination\b", r"\btermination\b", r"\bmaterial\s+breach\b"),
         negative=_rx(r"\bsurviv", r"\bforce\s+majeure\b", r"\binstallation\s+process\b",
-                     r"\b(?:expiration|expiry)\s+or\s+termination\b", r"\bdoes\s+not\s+affect\b"),
+                     r"\b(?:expiration|expiry)\s+or\s+termination\b", r"\bdoes\s+not\s+affect\b",
+                     # a duration, not a right to end it: "will continue until the Agreement expires or is
+                     # terminated", "until terminated", "unless sooner terminated" (where no side "may terminate")
+                     DURATION_UNTIL_TERMINATED),
         title_negative=_rx(r"\bsurvival\b", r"\bforce\s+majeure\b"),
     ),
     KindLexicon(
@@ -263,7 +272,13 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         title=_rx(r"\bconfidential", r"\bnon-?disclosure\b", r"\bsecrecy\b"),
         strong=_weighted(
             r"\bconfidential\s+information\b[^.;]{0,160}\b(?:shall|will|must|may)\b",
-            r"\b(?:keep|hold|maintain|treat|protect)\b[^.;]{0,80}\b(?:confidential|in\s+confidence|secret)\b",
+            r"\b(?:keep|hold|maintain|treat)\b[^.;]{0,80}\b(?:confidential|in\s+confidence|secret)\b",
+            # "protect" as a duty ("will use reasonable efforts to protect the confidential information"), not as
+            # the purpose of a permission ("to the extent needed to protect confidential information, X may redact")
+            r"\b(?:will|shall|must|agrees?\s+to|undertakes?\s+to)\s+(?:\w+\s+){0,4}protect\b[^.;]{0,80}"
+            r"\b(?:confidential|in\s+confidence|secret)\b",
+            # "does regard the following as confidential:", "considers the Client's data to be confidential"
+            r"\b(?:regard|consider)s?\b[^.;]{0,80}\b(?:as|to\s+be)\s+(?:strictly\s+)?confidential\b",
             # "we'll maintain (preserve) the confidentiality of everything you give us"
             r"\b(?:keep|maintain|preserve)\s+(?:the\s+)?confidentiality\s+of\b",
             r"\b(?:not|never)\s+(?:to\s+)?(?:use\s+or\s+)?disclose\b",
@@ -277,7 +292,18 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
                      # account security ("keep your password secret") guards the user's own access, not the
                      # other side's information
                      r"\b(?:passwords?|passphrases?|credentials|api\s+keys?|access\s+tokens?|"
-                     r"passcodes?|(?:log-?in|log-?on|sign-?in|log|account|profile)\s+(?:details|information))\b"),
+                     r"passcodes?|(?:log-?in|log-?on|sign-?in|log|account|profile)\s+(?:details|information))\b",
+                     # the duty denied: "will (generally) not keep the details of the Work confidential", "will not
+                     # be treated as confidential" (an adverb may sit between; "shall not disclose and keep
+                     # confidential" is still the duty)
+                     r"\b(?:not|never)\s+(?:\w+ly\s+)?(?:be\s+)?(?:keep|hold|treat|regard|consider|kept|held|"
+                     r"treated|regarded|considered)\b[^.;]{0,80}\b(?:confidential|in\s+confidence|secret)\b",
+                     # the scope of a permission: "to the extent needed to protect confidential information, X may
+                     # redact ..."
+                     r"\bto\s+the\s+extent\s+(?:necessary|needed|required|reasonably\s+necessary)\s+to\s+protect\b",
+                     # a side's right to hold back information ("may redact the copy", "may restrict access to data
+                     # if ... would impact its confidentiality obligations"), not a duty over the other side's
+                     r"\bmay\s+(?:\w+\s+){0,2}(?:restrict|redact|withhold)\b"),
         title_negative=_rx(r"\bdefinitions?\b", r"\bglossary\b"),
     ),
     KindLexicon(

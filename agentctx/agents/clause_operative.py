@@ -168,7 +168,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\bneither\s+party\s+(?:will|shall|may)\s+(?:\w+\s+){0,2}(?:use|disclose)\b",
             r"\b(?:only|solely)\s+(?:use|to\s+use)\b|\buse\b[^.;]{0,80}\b(?:only|solely)\s+(?:for|to|in\s+connection)\b",
             # "hold in the strictest confidence", "will not (i) use ... or (ii) disclose": enumerated duties
-            r"\b(?:hold|keep|treat)\b[^.;]{0,60}\b(?:in\s+(?:the\s+)?(?:strict(?:est)?\s+)?confidence|"
+            r"\b(?:hold|keep|treat|regards?)\b[^.;]{0,60}\b(?:in\s+(?:the\s+)?(?:strict(?:est)?\s+)?confidence|"
             r"as\s+(?:strictly\s+)?confidential|secret)\b",
             r"\b(?:will|shall|must|agrees?\s+to)\s+not\s+\(\w{1,4}\)\s+(?:use|disclose)\b",
             PASSIVE_NONDISCLOSURE,  # "Confidential Information shall not be disclosed ..."

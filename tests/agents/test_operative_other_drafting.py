@@ -364,3 +364,74 @@ def test_a_definition_is_never_the_operative_sentence_but_of_the_sides():
     assert delta < 0 and why == ["-definition"]
     assert operative_adjustment("term", '"Renewal Term" means each further period of one year.')[0] < 0
     assert operative_adjustment("parties", '"Licensor" means the owner of the copyright.') == (0.0, [])
+
+
+# Ninth round: a consultancy's terms that say what it will not keep confidential before what it will, and a
+# data processing addendum whose term runs "until the Agreement expires or is terminated" and whose permission
+# to redact names the confidential information it protects.
+_STUDIO_TERMS = ("7. Openness\n\n"
+                 "    1.  The Studio prefers to work in the open.\n"
+                 "    2.  The Studio will normally not keep the following confidential:\n\n"
+                 "        1.  That the Studio works for you;\n"
+                 "        2.  The budget of the Project.\n\n"
+                 "    3.  But the Studio does regard the following as confidential:\n\n"
+                 "        1.  Drafts you have not yet published;\n"
+                 "        2.  Anything you send us that is marked private.\n\n"
+                 "8. Law\n\n"
+                 "    1.  These terms are governed by Scots law.\n")
+
+
+def test_what_a_side_regards_as_confidential_is_the_duty_not_what_it_will_not_keep_confidential():
+    """"regards (treats, considers) X as confidential" states the duty; "will not keep X confidential" denies
+    one (before, the denial was cited, since "keep ... confidential" matched and "regard" did not)."""
+    quote = _best(_STUDIO_TERMS, "confidentiality")
+    assert quote.startswith("But the Studio does regard the following as confidential:")
+    assert "marked private" in quote  # the lead-in is quoted with its items
+
+
+def test_a_denied_confidentiality_duty_is_no_confidentiality_clause():
+    text = ("5. Feedback\n\n"
+            "We will not treat the ideas you send us about the Platform as confidential, and we may use them "
+            "freely.\n")
+    assert not draw_candidates(parse_structure(text), "confidentiality").found
+    duty = ("5. Secrecy\n\n"
+            "The Agency shall not disclose and keep confidential the Client's plans for the Platform.\n")
+    assert draw_candidates(parse_structure(duty), "confidentiality").found
+
+
+_ADDENDUM = ("Data Processing Addendum\n\n"
+             "4. Subprocessors\n\n"
+             "The Vendor may share a copy of each subprocessor contract on request. To the extent needed to protect "
+             "trade secrets or other confidential information, the Vendor may redact the copy before sharing "
+             "it.\n\n"
+             "9. Duration\n\n"
+             "This Addendum takes effect when the Client signs the Main Agreement and will continue until the Main "
+             "Agreement expires or is terminated.\n")
+
+
+def test_a_term_that_runs_until_the_agreement_is_terminated_is_no_termination_clause():
+    """"will continue until ... expires or is terminated", "until terminated", "unless sooner terminated" say how
+    long the agreement lasts, not who may end it (before, "is terminated" made the duration a termination
+    clause)."""
+    assert not draw_candidates(parse_structure(_ADDENDUM), "termination").found
+    assert _best(_ADDENDUM, "term").startswith("This Addendum takes effect")
+
+
+def test_a_right_to_terminate_is_still_read_beside_its_duration():
+    text = ("12. Term and Termination\n\n"
+            "This Agreement continues until terminated. Either party may terminate this Agreement on 30 days' "
+            "written notice.\n")
+    assert _best(text, "termination").startswith("Either party may terminate this Agreement")
+
+
+def test_protecting_confidential_information_as_the_purpose_of_a_permission_is_no_duty():
+    """"To the extent needed to protect ... confidential information, X may redact" is why a side may do
+    something, not a duty to protect (before, "protect ... confidential" made it a confidentiality clause)."""
+    assert not draw_candidates(parse_structure(_ADDENDUM), "confidentiality").found
+
+
+def test_a_duty_to_protect_confidential_information_still_counts():
+    text = ("6. Secrecy\n\n"
+            "The Supplier shall use reasonable efforts to protect the Client's confidential information from "
+            "disclosure to anyone else.\n")
+    assert draw_candidates(parse_structure(text), "confidentiality").found
