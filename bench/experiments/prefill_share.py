@@ -3,14 +3,14 @@
     python bench/experiments/prefill_share.py [--repeats 2]
 
 A 24-token greedy generation over a 4K-token contract alone, then started 0.2 s before an
-~7.5K-token document's prefill on the same engine. Three scheduler policies, alternating in one
-process (each with the generation's longest wait between two pieces of streamed text):
-"one step per job" (the policy before 2026-12-05: a prefill chunk of 1,024 tokens, then one
-step, then the next chunk), "time shared 1:1" (the default: while requests run, a job waits until
-the steps since the last job have had as long as it took, serving/engine/loop.py ``STEP_SHARE``)
-and "requests 2:1" (twice as long; tried 2026-12-07, not kept: BENCHMARKS §4g). A third policy, prefill chunks sized
-to ~4 decode steps (256 tokens here) beside running requests, was tried: the same generation
-time and longest wait within noise, the prefill up to 7% slower; not kept.
+~7.5K-token document's prefill on the same engine. Scheduler policies, alternating in one process
+(each with the generation's longest wait between two pieces of streamed text): "whole chunks 1:1"
+(the default until 2026-12-07: a prefill chunk of 1,024 tokens runs whole, then the steps get as
+long as it took), "whole chunks 2:1" (twice as long; tried 2026-12-07, no measurable change) and
+"layer breaks 2:1" (the default: the steps owed run between the chunk's layers,
+serving/runner/layer_breaks.py, two seconds of steps per second of prefill). A policy of prefill
+chunks sized to ~4 decode steps (256 tokens here) beside running requests was tried: the same
+generation time and longest wait within noise, the prefill up to 7% slower; not kept.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     from agentctx.serving.engine import LocalEngine
-    from agentctx.serving.engine.loop import EngineLoop
     from agentctx.serving.model_loader import load_model
     from agentctx.serving.types import GenerateRequest
     from tests.fixtures.contracts import generate_contract
@@ -41,16 +40,10 @@ def main() -> int:
                           max_new_tokens=24)
     eng.generate(req)
     sched = eng.loop
-    real_run_job = EngineLoop._run_job
 
     def policy(name: str) -> None:
-        sched.__dict__.pop("_run_job", None)
-        sched.step_share = 1.0 if name == "time shared 1:1" else 2.0
-        if name == "one step per job":
-            def run_job(job):  # forget the job's time: no step is ever owed
-                real_run_job(sched, job)
-                sched._last_job_s = 0.0
-            sched._run_job = run_job
+        sched.step_share = 1.0 if name.endswith("1:1") else 2.0
+        eng.runner.layer_breaks = name.startswith("layer breaks")
 
     gaps: list[float] = []
 
@@ -62,7 +55,7 @@ def main() -> int:
         gaps.append(max(b - a for a, b in zip(stamps, stamps[1:])))
         return stamps[-1] - stamps[0]
 
-    names = ("one step per job", "time shared 1:1", "requests 2:1")
+    names = ("whole chunks 1:1", "whole chunks 2:1", "layer breaks 2:1")
     for rep in range(args.repeats):
         for name in names:
             policy(name)

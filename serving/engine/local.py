@@ -27,6 +27,7 @@ from agentctx.serving.engine.request import GenerationCancelled, Request, Reques
 from agentctx.serving.engine.scheduler import Scheduler
 from agentctx.serving.model_loader import LoadedModel, load_model
 from agentctx.serving.runner.batch_forward import run_greedy_steps, run_step
+from agentctx.serving.runner.layer_breaks import layer_breaks
 from agentctx.serving.runner.model_runner import ModelRunner
 from agentctx.serving.runner.paged_kv import DocKV
 from agentctx.serving.tokenize import tokenize_document
@@ -138,7 +139,13 @@ class LocalEngine(Engine):
         done = first = 0 if start is None else start.num_tokens
         if on_chunk is not None:
             on_chunk(done, n)
-        while (part := self.loop.call(lambda: next(chunks, None))) is not None:
+        breaks = self.loop.between_layers if self.runner.layer_breaks else None
+
+        def next_chunk():  # one job; the loop may step its requests between the chunk's layers
+            with layer_breaks(breaks):
+                return next(chunks, None)
+
+        while (part := self.loop.call(next_chunk)) is not None:
             kv = part
             done = min(n, done + step)
             # Between chunks the loop does not touch this document: its state is read here, off the loop.

@@ -8,10 +8,13 @@ returns at once, and tokens reach the request's :class:`TokenStream` as they are
 Detokenization and stop strings happen on the caller's side (serving/engine/local.py); a caller
 that is done early calls :meth:`abort`.
 
-Jobs (a document prefill chunk, run through :meth:`call`) go between steps; while requests run,
-a job waits until the steps since the last job have had ``step_share`` times as long as that job
-took (1: requests and a background prefill or restore share the replica's time half and half
-while requests run; the prefill gets all of it when none does).
+Jobs (a document prefill chunk, run through :meth:`call`) go between steps. While requests run,
+every second of a job's compute owes them ``step_share`` seconds of steps (2: requests get two
+thirds of the replica's time beside a background prefill or restore; the prefill gets all of it
+when none runs). A job starts only when nothing is owed, and on a CPU a prefill chunk pays
+its debt as it goes: between two of its layers the loop runs the steps owed
+(:meth:`between_layers`, serving/runner/layer_breaks.py), so a request never waits for a whole
+chunk (seconds at a long document's end) before its next token.
 
 :meth:`step` is public: tests drive the loop without its thread.
 """
@@ -35,7 +38,7 @@ from agentctx.serving.runner.batch_forward import Row, StepOutput
 __all__ = ["EngineLoop", "LoopStats", "GRAPH_DECODE_STEPS"]
 
 log = logging.getLogger(__name__)
-STEP_SHARE = 1.0  # while requests run, steps get this many times a job's time between two jobs
+STEP_SHARE = 2.0  # while requests run, seconds of steps owed per second of a job's compute
 
 
 @dataclass(eq=False)
@@ -66,11 +69,11 @@ class EngineLoop(EngineStep):
         self._jobs: deque[_Job] = deque()
         self._thread: threading.Thread | None = None
         self._stopped = False
-        self._last_job_s = 0.0  # how long the last job took, and the steps' time since
-        self._steps_since_job_s = 0.0
-        # Steps' time owed per second of job while requests run (module docstring). 2, and a grace
-        # for a client's next request, were tried: no measurable change (BENCHMARKS §4g).
+        # Seconds of steps owed to running requests for the jobs' compute (module docstring).
         self.step_share = STEP_SHARE
+        self._owed_s = 0.0
+        self._job_clock: float | None = None  # while a job runs: when its compute last (re)started
+        self._in_break = False
 
     # ------------------------------------------------------------------ callers' side (any thread)
     def submit(self, req: Request) -> Request:
@@ -143,33 +146,73 @@ class EngineLoop(EngineStep):
                     self._cv.wait()
                 if self._stopped:
                     return
-                # Jobs and steps share the time: while requests run, a job waits until the
-                # steps since the last job have had step_share times as long as that job took.
-                busy = self.scheduler.has_work() or bool(self._inbox)
-                owed = busy and self._steps_since_job_s < self.step_share * self._last_job_s
-                job = self._jobs.popleft() if self._jobs and not owed else None
+                # Jobs and steps share the time: while requests run, a job starts only when the
+                # steps owed for earlier jobs have run; with none running, nothing is owed.
+                if not (self.scheduler.has_work() or self._inbox):
+                    self._owed_s = 0.0
+                job = self._jobs.popleft() if self._jobs and self._owed_s <= 0 else None
             if job is not None:
                 self._run_job(job)
                 continue
             t0 = time.perf_counter()
-            try:
-                stepped = self.step()
-            except Exception as exc:  # noqa: BLE001 - a bug outside the forward: fail what is running, go on
-                log.exception("the engine loop's step failed; failing the running requests")
-                for req in list(self.scheduler.running):
-                    self._end(req, error=exc)
-                stepped = True
-            if not stepped and self._jobs:
-                self._steps_since_job_s = self.step_share * self._last_job_s  # nothing to step: the job goes now
-            self._steps_since_job_s += time.perf_counter() - t0
+            if not self._safe_step() and self._jobs:
+                self._owed_s = 0.0  # nothing to step: the job goes now
+            self._pay(time.perf_counter() - t0)
+
+    def _safe_step(self) -> bool:
+        try:
+            return self.step()
+        except Exception as exc:  # noqa: BLE001 - a bug outside the forward: fail what is running, go on
+            log.exception("the engine loop's step failed; failing the running requests")
+            for req in list(self.scheduler.running):
+                self._end(req, error=exc)
+            return True
+
+    def _busy(self) -> bool:
+        with self._cv:
+            return self.scheduler.has_work() or bool(self._inbox)
+
+    def _pay(self, step_s: float) -> None:
+        """A step's time pays what is owed; the step that pays the last of it leaves the job a
+        credit of what it ran over (at most one step), so a job whose layers are shorter than a
+        step is not stopped at every layer. Steps with nothing owed buy no credit."""
+        if self._owed_s > 0:
+            self._owed_s -= step_s
+
+    def _charge_job(self) -> None:
+        """Add the running job's compute since its clock last started to what requests are owed."""
+        now = time.perf_counter()
+        if self._busy():
+            self._owed_s += self.step_share * (now - self._job_clock)
+        self._job_clock = now
+
+    def between_layers(self) -> None:
+        """Called by a running job between two layers of its forward (serving/runner/layer_breaks.py):
+        run the steps owed to the running requests, then let the job go on."""
+        if self._job_clock is None or self._in_break or threading.current_thread() is not self._thread:
+            return
+        self._charge_job()
+        self._in_break = True
+        try:
+            while not self._stopped and self._owed_s > 0 and self._busy():
+                t0 = time.perf_counter()
+                if not self._safe_step():
+                    break
+                self.stats.break_steps += 1
+                self._pay(time.perf_counter() - t0)
+        finally:
+            self._in_break = False
+            self._job_clock = time.perf_counter()  # the job's own compute resumes now
 
     def _run_job(self, job: _Job) -> None:
-        t0 = time.perf_counter()
+        self._job_clock = time.perf_counter()
         try:
             job.result = job.fn()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             job.error = exc
-        self._last_job_s, self._steps_since_job_s = time.perf_counter() - t0, 0.0
+        finally:
+            self._charge_job()
+            self._job_clock = None
         self.stats.jobs += 1
         job.done.set()
 

@@ -50,6 +50,7 @@ class LoopStats:
     host_syncs: int = 0  # reads of device results by the host (one per step that samples)
     tokens: int = 0  # tokens sampled
     windows: int = 0  # greedy decode windows run (each decode_steps forwards, one sync)
+    break_steps: int = 0  # steps run between two layers of a job (serving/runner/layer_breaks.py)
     step_s: float = 0.0  # time in steps (forward, sampling, postprocess)
 
 

@@ -23,6 +23,7 @@ from agentctx.serving.model_loader import LoadedModel
 from agentctx.serving.runner.attention import ATTN_IMPL, STEP
 from agentctx.serving.runner.batch_slots import BatchSlots
 from agentctx.serving.runner.greedy_head import GreedyHead
+from agentctx.serving.runner.layer_breaks import install_layer_breaks
 from agentctx.serving.runner.output_head import OutputHead
 from agentctx.serving.runner.packed_attention import ExtendStep, PackedStep
 from agentctx.serving.runner.paged_kv import DocKV, LayerLayout, QueryTail
@@ -153,6 +154,9 @@ class ModelRunner(OutputHead):
         # (kernels/union_attend.py); False = each row its own block table (the row-by-row peer).
         self.union_attention = True
         self.union_impl = "torch" if kernel_impl == "torch" else "auto"
+        # A CPU prefill chunk takes seconds: the engine loop may step its requests between its
+        # layers (serving/runner/layer_breaks.py). On a GPU a chunk takes milliseconds.
+        self.layer_breaks = self.device.type == "cpu" and install_layer_breaks(self.model)
 
     def _install_fusion(self, setting: str, mode: str, install, what: str, triton: bool = True):
         """Install one fusion (fused_norms / fused_rope / fused_proj) per its auto | on | off setting.

@@ -247,6 +247,51 @@ def test_a_prefill_interleaves_with_running_generations(loaded):
     assert e.generate(GenerateRequest("big", "Q:", max_new_tokens=3)).token_ids
 
 
+def test_a_prefill_chunk_lets_running_requests_step_between_its_layers(loaded, alone):
+    """On a CPU a prefill chunk pays the steps it owes between its layers (serving/runner/layer_breaks.py):
+    a running generation steps inside the chunks' jobs and keeps the tokens it gets alone, and the
+    prefilled pages and window are bit-identical to the same prefill with nothing beside it."""
+    e = _engine(loaded, decode_batch=4)
+    assert e.runner.layer_breaks
+    big = e.tokenize_document(DOC_B * 6)
+    req = GenerateRequest("a", "Q:", max_new_tokens=400, ignore_eos=True)
+    want = alone.generate(req)
+    started, out = threading.Event(), {}
+    e.loop.on_step = lambda plan: started.set()
+    gen = threading.Thread(target=lambda: out.setdefault("got", e.generate(req)))
+    gen.start()
+    assert started.wait(60)
+    e.prefill("big", big, progress=False)
+    in_breaks = e.loop.stats.break_steps
+    gen.join(120)
+    assert in_breaks > 0
+    assert out["got"].token_ids == want.token_ids
+    quiet = _engine(loaded, decode_batch=4)
+    quiet.prefill("big", big, progress=False)
+    (n, pages, window), (qn, qpages, qwindow) = e.export("big"), quiet.export("big")
+    assert n == qn and len(pages) == len(qpages) and torch.equal(window, qwindow)
+    assert all(torch.equal(a, b) for a, b in zip(pages, qpages))
+    assert e.generate(GenerateRequest("big", "Q:", max_new_tokens=5)).token_ids == \
+        quiet.generate(GenerateRequest("big", "Q:", max_new_tokens=5)).token_ids
+
+
+def test_layer_breaks_are_only_taken_inside_a_job_and_not_nested(loaded):
+    """Outside a job (a plain forward, a step) the break function is never set; inside a break the
+    steps see none of their own."""
+    from agentctx.serving.runner.layer_breaks import LAYER_BREAK, layer_breaks
+
+    e = _engine(loaded, decode_batch=2)
+    seen = []
+    e.loop.on_step = lambda plan: seen.append(LAYER_BREAK.get())
+    e.generate(GenerateRequest("a", "Q:", max_new_tokens=3))
+    assert seen and all(f is None for f in seen)
+    calls = []
+    with layer_breaks(lambda: calls.append(LAYER_BREAK.get())):
+        e.runner.prefill(e.tokenize_document(DOC_A).token_ids, progress=False)
+    n_layers = len(e.runner.model.model.layers)
+    assert calls and set(calls) == {None} and len(calls) % (n_layers - 1) == 0
+
+
 def test_jobs_and_steps_share_the_time_while_requests_run():
     """A prefill's jobs (0.1 s each) beside a decoding request (10 ms steps): between two jobs the
     steps get about as long as a job took (~10 steps), instead of one step per job."""
