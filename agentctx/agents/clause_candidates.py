@@ -67,6 +67,10 @@ _CONNECTIVE = re.compile(r"^(?:However|Notwithstanding\s+the\s+foregoing|In\s+(?
                          r"Such\s+\w+\s+(?:shall|will|may))\b")
 # "Between us, Acme ("Acme") and you", "between Acme ("Acme") and you": one defined side and "you"
 _BETWEEN_AND_YOU = re.compile(r"\bbetween\b[^.;]{0,200}\band\s+you\b", re.I)
+# English and Irish precedents list the sides one a paragraph, each naming itself in brackets, under a heading
+# "PARTIES" or after a lead-in "Between:" ("(1) Acme Limited, ... ("Acme"); and", "2) Beta Ltd ... (**Beta**)").
+_NAMES_ITSELF = re.compile(r"\((?:each\s+an?\s+|the\s+)?[*_]*[\"\u201c]?[*_]*[A-Z][^()]{0,80}\)")
+_BETWEEN_LEAD = re.compile(r"\bbetween\s*:?[*_]*\s*(?:\(?\w{1,3}[.)]\s*)?$", re.I)
 _MAX_QUOTE_CHARS = 1200
 _MAX_LIST_CHARS = 2000  # a lead-in with its items
 # What stands between two units when the second opens a list item: "(a)", "a.", "(ii)", "ii)", "1.", "1.2", "-".
@@ -160,7 +164,17 @@ def _party_bonus(st: DocumentStructure, unit: Unit, sentence: str) -> tuple[floa
         # plain-language drafting names its other side "you": "Between us, Acme ("Acme") and you, [name]."
         bonus += 1.0
         why.append("names a defined side and you")
+    elif _NAMES_ITSELF.search(sentence) and _in_list_of_parties(st, unit):
+        bonus += 1.0
+        why.append("names a side in the list of the parties")
     return bonus, why
+
+
+def _in_list_of_parties(st: DocumentStructure, unit: Unit) -> bool:
+    """The unit is a paragraph of the list of the sides: under a heading "Parties", or right after "Between:"."""
+    if _BETWEEN_LEAD.search(st.text[max(0, unit.start - 80):unit.start].strip()):
+        return True
+    return any(s.title and title_matches("parties", s.title) for s in st.path(unit.section))
 
 
 def score_unit(st: DocumentStructure, unit: Unit, kind: str) -> tuple[float, float, float, list[str]]:

@@ -27,7 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "MAY_END", "PASSIVE_NONDISCLOSURE", "NOT_MODAL",
+__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "TO_BE_PAID", "REFUND_LIMIT",
+           "PARTY_MAY_TERMINATE", "MAY_END", "PASSIVE_NONDISCLOSURE", "NOT_MODAL",
            "CONSENT", "PAY_SCHEDULE", "ASSIGN_CONDITION", "PROMISE_TO_PAY_SIDES",
            "MAY_BE_TRANSFERRED_ONLY", "DURATION_UNTIL_TERMINATED", "normalize", "title_matches", "body_evidence",
            "legal_voice"]
@@ -93,6 +94,19 @@ CONSENT = r"(?:consent|permission|approval)"
 # to ...", "as a condition precedent to any transfer"
 ASSIGN_CONDITION = (r"\bas\s+a\s+condition\s+(?:of|to|precedent\s+to)\s+(?:the|any|such|each|that|an?)\s+"
                     r"(?:assignment|transfer)\b")
+# An employee's or a contractor's pay stated from the payee's side: "You shall be paid a gross annual salary of
+# EUR 90,000", "the Consultant will be paid a fee of ...". Shared with the operative rules (core language).
+TO_BE_PAID = (r"\b(?:shall|will|is\s+to|are\s+to)\s+be\s+paid\s+(?:an?\s+|the\s+|your\s+|his\s+|her\s+|their\s+)?"
+              r"(?:[\w-]+\s+){0,3}(?:salary|wages?|remuneration|compensation|fees?)\b")
+# A limit on what one side must refund or repay ("any amount to be refunded will not exceed the damages
+# recovered") is no cap on liability when the sentence names no liability.
+REFUND_LIMIT = r"^(?!.*\bliab).*\b(?:to\s+be|is|are|be)\s+(?:refunded|repaid|reimbursed)\b"
+# A side's right to terminate the agreement itself ("Either party may terminate this Agreement if ...") outranks an
+# ending that follows from something else ("if the Main Contract is terminated for any reason, this Agreement
+# terminates automatically"). Operative rules only (a second core bonus).
+PARTY_MAY_TERMINATE = (r"\b(?:either|each|any|a|the\s+other)\s+part(?:y|ies)\s+may\s+(?:\w+\s+){0,2}terminate\s+"
+                       r"(?:this|these|the)\s+(?:agreement|contract|terms)\b")
+
 # A non-disclosure duty in the passive voice ("Confidential Information shall not be disclosed to any third
 # party", "... shall not be used or disclosed", "... shall not be disclosed, used or reproduced"): the
 # information is the subject, not the recipient. Shared with the operative rules.
@@ -166,7 +180,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
     KindLexicon(
         "payment",
         title=_rx(r"\bpayments?\b", r"\bfees?\b", r"\bcharges?\b", r"\binvoic", r"\bpric(?:e|es|ing)\b",
-                  r"\btaxes\b", r"\bcompensation\b", r"\broyalt(?:y|ies)\b"),
+                  r"\btaxes\b", r"\bcompensation\b", r"\broyalt(?:y|ies)\b", r"\bremuneration\b", r"\bsalary\b"),
         strong=_weighted(
             r"\b(?:shall|will|must|agrees?\s+to|to)\s+pay\b",
             r"\bpayable\b",
@@ -186,6 +200,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             # administrative fees from the fund", "deducts its commission from each sale"
             FEE_TAKEN,
             PAY_SCHEDULE,
+            TO_BE_PAID,  # "You shall be paid a gross annual salary of ...": an employment agreement's duty to pay
         ),
         weak=_rx(r"\bfees?\b", r"\bprice\b", r"\bcharges?\b", r"\btax(?:es)?\b", r"\brefund\b"),
         negative=_rx(r"\broyalty[- ]free\b", r"\bfree\s+of\s+charge\b", r"\bno[- ]charge\b",
@@ -250,7 +265,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         ),
         weak=_rx(r"\bliab(?:le|ility)\b", r"\bdamages\b"),
         negative=_rx(r"\btake\s+reasonable\s+steps\s+to\s+(?:reduce|mitigate)\b", r"\binsurance\b",
-                     r"\bindemnif"),
+                     r"\bindemnif", REFUND_LIMIT),
         title_negative=_rx(r"\binsurance\b"),
     ),
     KindLexicon(
@@ -357,12 +372,20 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"(?:agreement|licen[cs]es?|rights?|obligations?|program|order\s+forms?|contract)\b",
             r"\bchange\s+of\s+control\b",
             r"\bassign(?:s|ed)?\s+(?:this|the)\s+(?:agreement|licen[cs]e|mnda)\b",
+            # an employer's right to move the contract: "may assign your employment to any group company"
+            r"\bassign\s+(?:your|the|his|her|their|its)\s+(?:employment|engagement)\s+to\b",
             r"\b(?:this|the)\s+(?:agreement|licen[cs]e)\b[^.;]{0,80}\b(?:assigned|transferred)\b",
         ),
         weak=_rx(r"\bassign(?:s|ed|ment)?\b", r"\bsuccessors?\b", r"\btransfer\b"),
         negative=_rx(r"\bhereby\s+assigns?\b", r"\bright,\s+title\b", r"\bpersonal\s+data\b", r"\bkey\s+personnel\b",
                      # subcontracting alone is not assignment; "assign, transfer, or subcontract" is
-                     r"^(?!.*\bassign).*\bsubcontract"),
+                     r"^(?!.*\bassign).*\bsubcontract",
+                     # assigning work to a person is no assignment of the agreement: "may assign different duties
+                     # to you", "won't assign you tasks you cannot perform"
+                     # (where the sentence names no agreement or obligations: "may not assign or delegate work
+                     # under this Agreement" stays a restriction)
+                     r"^(?!.*\b(?:agreement|contract|obligations?)\b).*\bassign\s+(?:\w+\s+){0,3}"
+                     r"(?:duties|tasks|work|responsibilities|projects?|roles?)\b"),
         title_negative=_rx(r"\bdata\b", r"\bpersonnel\b"),
     ),
 ]}

@@ -36,8 +36,10 @@ from .clause_lexicon import (
     MAY_BE_TRANSFERRED_ONLY,
     MAY_END,
     NOT_MODAL,
+    PARTY_MAY_TERMINATE,
     PASSIVE_NONDISCLOSURE,
     PAY_SCHEDULE,
+    TO_BE_PAID,
 )
 
 __all__ = ["OperativeLexicon", "OPERATIVE", "CORE_BONUS", "MAX_CORE", "RELATED_PENALTY", "DEFINITION",
@@ -109,6 +111,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\bagrees?\s+to\s+(?:purchase|buy)\b[^.;]{0,200}\b(?:at\s+a\s+price|(?:aggregate\s+)?purchase\s+price)\b",
             FEE_TAKEN,  # the fee kept out of the money handled: how a sponsor or an agent is paid
             PAY_SCHEDULE,  # "we agree to stick to the following payment schedule"
+            TO_BE_PAID,  # "You shall be paid a gross annual salary of ...", the payee's side of the duty
         ),
         related=_rx(
             r"\bdisput(?:e|es|ed|ing)\b", r"\blate\s+(?:payments?|fees?|charges?)\b", r"\boverdue\b",
@@ -139,6 +142,9 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"compromise\s+with\s+(?:its\s+)?creditors|for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|"
             r"without\s+cause)",
             MAY_END,  # "either you or the company may end the agreement at any time"
+            # a side's right to end the agreement itself counts twice, above an ending that follows from another
+            # contract's ("if the Head Contract is terminated for any reason, this Agreement terminates")
+            PARTY_MAY_TERMINATE,
         ),
         related=_rx(
             r"\b(?:upon|on|after|following)\s+(?:the\s+|any\s+)?(?:expiration|expiry|termination)\b",

@@ -435,3 +435,78 @@ def test_a_duty_to_protect_confidential_information_still_counts():
             "The Supplier shall use reasonable efforts to protect the Client's confidential information from "
             "disclosure to anyone else.\n")
     assert draw_candidates(parse_structure(text), "confidentiality").found
+
+
+# Round ten: an Irish employment agreement and an English precedent's agreement (numbered list of the sides).
+
+def test_the_sides_listed_after_between_name_the_parties_not_a_definition():
+    """A precedent lists the sides one a paragraph after "Between:", each naming itself in brackets; the list is
+    where the parties are named, not the later definition of one of them (before, the definition was cited)."""
+    text = ("Service Agreement\n\n"
+            "This agreement is dated 1 March 2025.\n\n"
+            "Between:\n\n"
+            "(1) Harbour Tools Limited, a company registered in Scotland (\u201cHarbour\u201d); and\n\n"
+            "(2) Morag Quinn of Leith (\u201cthe Engineer\u201d).\n\n"
+            "1. Duties\n\nThe Engineer will service the cranes.\n\n"
+            "9. Definitions\n\n\u201cGroup\u201d means Harbour and its subsidiaries.\n\n"
+            "\u201cCompany\u201d means Harbour and its successors.\n")
+    assert _best(text, "parties").startswith("Harbour Tools Limited, a company registered in Scotland")
+
+
+def test_the_sides_listed_under_a_parties_heading_name_the_parties():
+    text = ("# SUPPLY AGREEMENT\n\n"
+            "# PARTIES\n\n"
+            "1) **NORTHFIELD MILLS LIMITED** a company registered in England (**Northfield**); and\n\n"
+            "2) The growers named in Schedule 1 (each a **Grower**).\n\n"
+            "# AGREED TERMS\n\n"
+            "1. ## DEFINITIONS\n\n"
+            "   **Parties** means the parties to this agreement.\n")
+    assert _best(text, "parties").startswith("**NORTHFIELD MILLS LIMITED**")
+
+
+def test_a_salary_the_employee_shall_be_paid_is_the_duty_to_pay():
+    """An employment agreement states the duty to pay from the payee's side ("You shall be paid a salary of ...");
+    before, the employer's promise to pay a home-office cost was cited instead."""
+    text = ("4. Salary\n\n"
+            "You shall be paid a basic annual salary of GBP 48,000, payable monthly in arrears.\n\n"
+            "7. Home working\n\n"
+            "The Employer will provide a laptop and will pay a share of the cost of your broadband.\n")
+    assert _best(text, "payment").startswith("You shall be paid a basic annual salary")
+
+
+def test_assigning_duties_to_a_person_is_no_assignment_clause():
+    """"may assign you other duties" gives work, it does not assign the agreement; the employer's right to move the
+    employment to a group company is the assignment clause (before, the duties sentence was cited)."""
+    text = ("3. Role\n\n"
+            "The Employer may assign you additional duties from time to time, but will not assign you tasks you "
+            "cannot reasonably perform.\n\n"
+            "The Employer may assign your employment to any group company on the same terms.\n")
+    assert _best(text, "assignment").startswith("The Employer may assign your employment to any group company")
+
+
+def test_a_limit_on_an_amount_to_be_refunded_is_no_liability_cap():
+    """"the amount to be refunded will not exceed the damages recovered" limits a refund of sick pay, not anyone's
+    liability (before, it was reported as a liability cap)."""
+    text = ("8. Sick pay\n\n"
+            "If your absence is caused by a third party, you will refund the sick pay you received out of any "
+            "damages you recover. The amount to be refunded will not exceed the damages recovered.\n")
+    assert not draw_candidates(parse_structure(text), "liability_cap").found
+
+
+def test_a_cap_on_liability_that_mentions_a_refund_is_still_a_cap():
+    text = ("11. Liability\n\n"
+            "The Supplier's total liability will not exceed the fees to be refunded under clause 6.\n")
+    assert draw_candidates(parse_structure(text), "liability_cap").found
+
+
+def test_a_sides_right_to_terminate_outranks_an_ending_that_follows_another_contract():
+    """"Either party may terminate this Agreement if ..." is the termination clause, not the item of the term that
+    ends the agreement when another contract ends (before, the earlier item won a tie)."""
+    text = ("12. TERM AND TERMINATION\n\n"
+            "   1. This Agreement starts on the Start Date and continues until the work is done unless:\n\n"
+            "      1. the Head Contract is terminated for any reason, in which case this Agreement shall "
+            "automatically terminate; or\n\n"
+            "      2. this Agreement is terminated under clause 12.2.\n\n"
+            "   2. Either party may terminate this Agreement by written notice if the other party fails to pay a "
+            "sum due.\n")
+    assert _best(text, "termination").startswith("Either party may terminate this Agreement by written notice")
