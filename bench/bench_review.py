@@ -77,11 +77,41 @@ def run_rules(docs: dict[str, Path], out: Path, threshold: float | None = None,
     out.mkdir(parents=True, exist_ok=True)
     for name, path in docs.items():
         text = path.read_text(encoding="utf-8")
-        chosen = rules_only(parse_structure(text), CLAUSE_KINDS, threshold, min_body)
+        st = parse_structure(text)
+        chosen = rules_only(st, CLAUSE_KINDS, threshold, min_body)
         clauses = [{"kind": k, "present": c is not None, "section": c.section_name if c else None,
                     "citation": {"char_start": c.start, "char_end": c.end} if c else None,
                     "candidates": [c.to_dict()] if c else []} for k, c in chosen.items()]
-        (out / f"{name}.json").write_text(json.dumps({"clauses": clauses}))
+        (out / f"{name}.json").write_text(json.dumps({"clauses": clauses, "risks": rules_risks(st, text, chosen)},
+                                                     indent=1))
+
+
+def rules_risks(st, text: str, chosen: dict) -> list[dict]:
+    """The risks of a rules-only review: the red-flag rules over each found kind's sections (the
+    review's own grouping, without the model's secondary severity), and a missing limitation of
+    liability. The whole file is one document here, as for the rules peer's clause decisions."""
+    from agentctx.agents.clause_lexicon import normalize
+    from agentctx.agents.review_steps import rule_risks
+    from agentctx.agents.risk_rules import RULE_KINDS, no_liability_cap
+
+    def span(s, e):
+        return {"char_start": s, "char_end": e, "quote": normalize(text[s:e])}
+
+    risks = []
+    for kind, c in chosen.items():
+        if kind == "liability_cap" and c is None:
+            h = no_liability_cap()
+            risks.append({"rule": h.rule, "clause_kind": h.kind, "severity": h.severity, "citation": None,
+                          "rationale": h.rationale, "facts": h.facts, "other_evidence": []})
+        if c is None or kind not in RULE_KINDS:
+            continue
+        for group in rule_risks(st, text, kind, c.start):
+            h = group[0]
+            risks.append({"rule": h.rule, "clause_kind": h.kind, "severity": h.severity,
+                          "citation": span(h.start, h.end) if h.start is not None else None,
+                          "rationale": h.rationale, "facts": h.facts,
+                          "other_evidence": [span(o.start, o.end) for o in group[1:] if o.start is not None]})
+    return risks
 
 
 def run_model(docs: dict[str, Path], out: Path, modes: list[str], budget: float) -> dict:
@@ -235,7 +265,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", default="selected,dense,rules", help="comma list of selected, dense, rules")
     ap.add_argument("--budget", type=float, default=0.12, help="selected peer: fraction of the context attended")
-    ap.add_argument("--out", default="out/bench_review", help="reports go to OUT/<mode>/<doc>.json")
+    ap.add_argument("--out", default="out/bench_review",
+                    help="reports go to OUT/<mode>/<doc>.json (the rules peer's carry its risks too)")
     ap.add_argument("--summary", default="bench/results/review_devset.json",
                     help="where the tables and the model's choice counts are written as JSON")
     ap.add_argument("--docs", help="comma list of document names (default: all)")

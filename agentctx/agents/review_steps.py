@@ -35,7 +35,7 @@ from agentctx.retrieval.structure import DocumentStructure
 from agentctx.structured import fill_fields
 
 __all__ = ["extract_clause", "assess_risks", "summarize_section", "span_citation", "MODEL_MARGIN", "MAX_OPTIONS",
-           "kind_scope", "risk_scope", "task_structure", "plan_for", "clause_question", "risk_prompt"]
+           "kind_scope", "risk_scope", "rule_risks", "task_structure", "plan_for", "clause_question", "risk_prompt"]
 
 MODEL_MARGIN = 0.5  # candidates this close to the best go to the model
 MAX_OPTIONS = 3
@@ -204,18 +204,24 @@ def model_severity(agent, ctx, kind: str, quote: str) -> tuple[str | None, dict[
     return fields.severity, probs.get("severity", {})
 
 
+def rule_risks(st: DocumentStructure, text: str, kind: str, char_start: int | None) -> list[list[RuleHit]]:
+    """The red-flag rules' hits for a kind whose clause is cited at ``char_start`` (None: not found),
+    grouped per rule, each group's evidence first (:func:`_group`). No model: the review and the
+    bench's rules-only peer both call it."""
+    own = None
+    if char_start is not None:
+        sec = st.section_at(char_start)
+        titled = [s for s in st.path(sec.index) if s.title] if sec else []
+        own = (titled[-1].start, titled[-1].end) if titled else None
+    return _group(evaluate_rules(kind, text, risk_scope(st, kind, char_start)), own)
+
+
 def assess_risks(agent, ctx, task: AgentTask) -> RiskAssessment:
     clause = ClauseFinding.model_validate(task.need("input", agent.role))
     st = task_structure(ctx, clause.document)
     start = clause.citation.char_start if clause.citation else None
-    own = None
-    if start is not None:
-        sec = st.section_at(start)
-        titled = [s for s in st.path(sec.index) if s.title] if sec else []
-        own = (titled[-1].start, titled[-1].end) if titled else None
-    hits = evaluate_rules(clause.kind, ctx.text, risk_scope(st, clause.kind, start))
     risks = []
-    for group in _group(hits, own):
+    for group in rule_risks(st, ctx.text, clause.kind, start):
         h = group[0]
         cit = span_citation(ctx, h.start, h.end) if h.start is not None else None
         sev, probs = model_severity(agent, ctx, clause.kind, normalize(ctx.text[h.start:h.end]) if cit else "")

@@ -16,27 +16,78 @@ from agentctx.agents.risk_hit import RuleHit, sentences
 __all__ = ["governing_law", "law_named"]
 
 
-_LAW = re.compile(r"\blaws?\s+of\s+(?P<law>(?:the\s+)?(?:State|Commonwealth|Republic|Province|Kingdom)\s+of\s+"
-                  r"[A-Z][\w]*"
-                  r"(?:\s+[A-Z][\w]*)*|[A-Z][\w]*(?:\s+(?:and\s+)?[A-Z][\w]*)*)")
-_VENUE = re.compile(r"\b(?:courts?|tribunals?)\s+(?:of|in|located\s+in|sitting\s+in|situated\s+in)\s+(?:the\s+)?"
-                    r"(?P<venue>(?:State|Commonwealth|Republic|County|City)\s+of\s+[A-Z][\w]*(?:\s+[A-Z][\w]*)*|"
-                    r"[A-Z][\w]*(?:\s+(?:and\s+)?[A-Z][\w]*)*)")
+_STATE_WORDS = r"(?:[Ss]tate|[Cc]ommonwealth|[Rr]epublic|[Pp]rovince|[Kk]ingdom)"
+_LAW = re.compile(r"\blaws?\s+of\s+(?P<law>(?:the\s+)?" + _STATE_WORDS + r"\s+of\s+[A-Z][\w]*(?:\s+[A-Z][\w]*)*|"
+                  r"(?:the\s+)?[A-Z][\w]*(?:\s+(?:and\s+)?[A-Z][\w]*)*)")
+# "the laws of the United States of America and the State of Delaware": the state's law is the one a court
+# of a state applies and the one to compare with the venue.
+_STATE_LAW = re.compile(r"\b(?P<law>" + _STATE_WORDS + r"\s+of\s+[A-Z][\w]*(?:\s+[A-Z][\w]*)*)")
+# "governed by English law": the law named by its adjective, read as its place.
+_LAW_ADJECTIVES = {"english": "England", "scottish": "Scotland", "scots": "Scotland", "irish": "Ireland",
+                   "german": "Germany", "french": "France", "swiss": "Switzerland", "dutch": "the Netherlands",
+                   "swedish": "Sweden", "danish": "Denmark", "finnish": "Finland", "norwegian": "Norway",
+                   "belgian": "Belgium", "austrian": "Austria", "italian": "Italy", "spanish": "Spain",
+                   "japanese": "Japan", "israeli": "Israel", "canadian": "Canada", "australian": "Australia"}
+_LAW_ADJ = re.compile(r"\b(?:governed\s+by|subject\s+to|in\s+accordance\s+with|under)\s+(?:the\s+)?"
+                      r"(?P<adj>[A-Z][a-z]+)\s+law\b")
+_VENUE = re.compile(r"\b(?:courts?|tribunals?)\s+(?:of|in|located\s+in|sitting\s+in|situated\s+in|residing\s+in)\s+"
+                    r"(?:the\s+)?"
+                    r"(?P<venue>(?:" + _STATE_WORDS + r"|[Cc]ounty|[Cc]ity)(?:\s+and\s+[Cc]ounty)?\s+of\s+[A-Z][\w]*"
+                    r"(?:\s+[A-Z][\w]*)*|[A-Z][\w]*(?:\s+(?:and\s+)?[A-Z][\w]*)*)"
+                    # a county or city with its state: "San Francisco County, California"
+                    r"(?P<within>,\s*[A-Z][\w]*(?:\s+[A-Z][\w]*)*)?")
+# "the California courts", "the English courts" (not "the Federal courts", "the State courts").
+_VENUE_ADJ = re.compile(r"\bthe\s+(?P<venue>(?!(?:Federal|State|Supreme|District|County|Local|Competent|Relevant)\b)"
+                        r"[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\s+[Cc]ourts\b")
 
 
-_PLACE_PREFIX = re.compile(r"^(?:the\s+)?(?:State|Commonwealth|Republic|Province|Kingdom|County|City)\s+of\s+",
-                           re.I)
+def _law_in(sentence: str) -> str | None:
+    """The law a sentence chooses, as written ("State of Delaware", "England"); None when none."""
+    m = _LAW.search(sentence)
+    if m:
+        law = m["law"]
+        if not re.match(r"(?:the\s+)?" + _STATE_WORDS, law):
+            state = _STATE_LAW.search(sentence, m.end())
+            law = "the " + state["law"] if state else re.sub(r"^the\s+", "", law)
+        where = re.match(r"\s+(?:where|in\s+which)\b[^,;.\u2014-]*", sentence[m.end():])
+        return law + where.group(0) if where else law
+    m = _LAW_ADJ.search(sentence)
+    return _LAW_ADJECTIVES.get(m["adj"].lower()) if m else None
+
+
+def _venue_in(sentence: str) -> str | None:
+    m = _VENUE.search(sentence)
+    if m:
+        return m["venue"] + (m["within"] or "")
+    m = _VENUE_ADJ.search(sentence)
+    return _LAW_ADJECTIVES.get(m["venue"].lower(), m["venue"] + _BY_NAME_ONLY) if m else None
+
+
+# Courts named by a place alone ("the Paris Courts"): without a gazetteer the review cannot tell whether
+# the place lies in the law's jurisdiction, so it reports both for the record instead of a mismatch.
+_BY_NAME_ONLY = "\u200b"
+
+
+_PLACE_PREFIX = re.compile(r"^(?:the\s+)?(?:State|Commonwealth|Republic|Province|Kingdom|County|City)"
+                           r"(?:\s+and\s+County)?\s+of\s+", re.I)
 
 
 def _place_key(s: str) -> str:
     return _PLACE_PREFIX.sub("", s.strip()).split(",")[0].strip().lower()
 
 
+def _same_place(law: str, venue: str) -> bool:
+    """Whether the courts sit where the law is: "England" and "England and Wales"; "State of California"
+    and "San Francisco County, California" (a county or city with its state)."""
+    lk = _place_key(law)
+    return any(v and (lk == v or lk in v or v in lk) for v in (_place_key(p) for p in venue.split(",")))
+
+
 def law_named(sentence: str) -> str | None:
     """The jurisdiction whose laws a sentence names, as written: "Delaware" of "the laws of the State
     of Delaware", "England and Wales"; None when it names none."""
-    m = _LAW.search(normalize(sentence))
-    return _PLACE_PREFIX.sub("", m["law"].strip()).strip(" .") if m else None
+    law = _law_in(normalize(sentence))
+    return _PLACE_PREFIX.sub("", law.strip()).strip(" .") if law else None
 
 
 # Words a standard form uses for a value it defines elsewhere (a cover page or order form fills in
@@ -52,15 +103,18 @@ def _placeholder(name: str) -> bool:
 
 def governing_law(text: str, spans) -> list[RuleHit]:
     law = venue = None
+    by_name_only = False
     for s, e, sent in sentences(text, spans):
         if law is None and re.search(r"\bgovern|\bconstrued|\bapplicable\s+law|\bgoverning\s+law", sent, re.I):
-            m = _LAW.search(sent)
-            if m:
-                law = (m["law"], s, e)
+            named = _law_in(sent)
+            if named:
+                law = (named, s, e)
         if venue is None:
-            m = _VENUE.search(sent)
-            if m:
-                venue = (m["venue"], s, e)
+            named = _venue_in(sent)
+            if named:
+                venue = (named, s, e)
+                by_name_only = named.endswith(_BY_NAME_ONLY)
+                venue = (named.rstrip(_BY_NAME_ONLY), s, e)
     if law is None and venue is None:
         return []
     refs = [x[0] for x in (law, venue) if x and _placeholder(x[0])]
@@ -73,8 +127,7 @@ def governing_law(text: str, spans) -> list[RuleHit]:
                         "Check the values filled in where the agreement defines them.",
                         {"law": law[0] if law else None, "venue": venue[0] if venue else None,
                          "by_reference": True})]
-    if law and venue and _place_key(law[0]) != _place_key(venue[0]) \
-            and _place_key(law[0]) not in _place_key(venue[0]) and _place_key(venue[0]) not in _place_key(law[0]):
+    if law and venue and not by_name_only and not _same_place(law[0], venue[0]):
         return [RuleHit("governing_law_venue", "governing_law", "medium", law[1], law[2],
                         f"The agreement is governed by the laws of {law[0]} but disputes go to the courts of "
                         f"{venue[0]}: a court applying foreign law adds cost and uncertainty.",

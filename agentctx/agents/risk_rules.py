@@ -13,12 +13,15 @@ Rules (name: kind, what fires it, severity):
 * ``liability_carve_out`` (liability_cap): the cap "does not apply to", "except for" ...
   indemnities, confidentiality, IP infringement, data: high; only death, personal injury,
   fraud, gross negligence or wilful misconduct (carve-outs the law usually requires): low.
+  Read from what is excepted, not from the whole sentence.
 * ``no_liability_cap`` (document): no limitation-of-liability clause found: medium.
 * ``one_sided_indemnity`` (indemnity): only one side indemnifies: high when it is the
-  customer/licensee side, medium otherwise.
+  customer/licensee side (or indemnifies "us"), medium otherwise; low when owed only for
+  warranty or support the indemnifier chooses to offer.
 * ``termination_for_convenience`` (termination): a party may terminate for convenience,
-  for any reason, without cause or at any time: high with notice under 30 days or none
-  stated, medium under 60 days, low otherwise.
+  for any reason, without cause or at any time (a right, not termination as an event or a
+  ground inside a cause): high with notice under 30 days or none stated, medium under 60
+  days or with pay in lieu of notice, low otherwise.
 * ``automatic_renewal`` (term): the term renews automatically; the non-renewal notice
   window is read: high with a window of 60 days or more or none stated, else medium.
 * ``short_payment_term`` (payment): payment due within fewer than 30 days: medium.
@@ -81,46 +84,88 @@ _WAIVER = re.compile(r"\b(?:indirect|consequential|incidental|special|punitive|e
                      r"\blost\s+(?:profits?|revenues?|data|business)\b", re.I)
 _CAP_AMOUNT = re.compile(r"\b(?:exceed|aggregate|total\s+(?:cumulative\s+)?liability|cap(?:ped)?\b|limited\s+to|"
                          r"greater\s+of|lesser\s+of)", re.I)
-_USUAL = re.compile(r"\bdeath\b|\bpersonal\s+injury\b|\bfraud|\bgross\s+negligence\b|\bwil(?:l)?ful|"
-                    r"\bcannot\s+be\s+(?:limited|excluded)\b|\bapplicable\s+law\b", re.I)
 # The carved-out claims named by a defined term ("does not apply to any Unlimited Claims"): what they are is
 # in the definition, so the rule names the term and asks the reader to check it.
 _DEFINED_CARVE = re.compile(r"\bnot\s+apply\s+to\s+(?:any\s+|the\s+)?(?P<term>(?:[A-Z][\w-]*\s+){0,3}"
                             r"(?:Claims?|Liabilities|Obligations|Matters|Losses))\b")
 
 
-def _carve_out(s: int, e: int, sent: str) -> RuleHit:
-    """A sentence that excepts claims from a limitation: what is excepted, from what, how serious."""
+# What a carve-out excepts, read apart from the rest of the sentence: "Except in the cases of wilful
+# misconduct ..., the Licensor will not be liable for ... loss of data" excepts wilful misconduct, not data.
+_NOT_APPLY = re.compile(r"\b(?:does|do|shall|will)\s+not\s+apply\s+to\b", re.I)
+_EXCEPT = re.compile(r"\b(?:except|excluding|other\s+than|save)\b", re.I)
+_MAIN_CLAUSE = re.compile(r",\s*(?:the|each|either|neither|in\s+no|under\s+no|[A-Z])|;")
+_USUAL_NAMES = (("death", r"\bdeath\b"), ("personal injury", r"\bpersonal\s+injury\b"),
+                ("harm to natural persons", r"\bnatural\s+persons?\b"), ("fraud", r"\bfraud"),
+                ("gross negligence", r"\bgross\s+negligence\b"), ("wilful misconduct", r"\bwil(?:l)?ful"),
+                ("what the law does not allow to be limited", r"\bcannot\s+be\s+(?:limited|excluded)\b|"
+                                                              r"\bapplicable\s+law\s+prohibits\b"))
+_DEFINED_TERM = re.compile(r"\b(?:[A-Z][\w-]*\s+){1,3}(?:Claims?|Liabilities|Obligations|Matters|Losses)\b")
+
+
+def _excepted(sent: str) -> str:
+    m = _NOT_APPLY.search(sent)
+    if m:
+        return sent[m.end():]
+    m = _EXCEPT.search(sent)
+    if m:
+        rest = sent[m.end():]
+        cut = _MAIN_CLAUSE.search(rest)
+        return rest[:cut.start()] if cut else rest
+    m = re.search(r"\bliability\s+for\b", sent, re.I)
+    return sent[m.end():] if m else sent
+
+
+def _carve_out(s: int, e: int, sent: str, after: str = "") -> RuleHit:
+    """A sentence that excepts claims from a limitation: what is excepted, from what, how serious.
+    ``after``: the sentences that follow it in the clause (where a class it names gets a cap of its own)."""
     waiver_only = bool(_WAIVER.search(sent)) and not _CAP_AMOUNT.search(sent)
-    big, defined = _BIG_EXPOSURE.search(sent), _DEFINED_CARVE.search(sent)
-    if waiver_only:
+    part = _excepted(sent)
+    big = _BIG_EXPOSURE.search(part)
+    terms = list(dict.fromkeys(t.strip() for t in _DEFINED_TERM.findall(part))) if _NOT_APPLY.search(sent) else []
+    usual = [name for name, pat in _USUAL_NAMES if re.search(pat, part, re.I)]
+    if waiver_only and big:
         # The exception is to the exclusion of indirect damages, not to the cap: those claims may
         # recover indirect damages, still within whatever cap the contract sets.
-        what = big.group(0).lower() if big else "the claims it names"
-        return RuleHit("liability_carve_out", "liability_cap", "medium" if big else "low", s, e,
+        what = big.group(0).lower()
+        return RuleHit("liability_carve_out", "liability_cap", "medium", s, e,
                        f"The exclusion of indirect damages does not apply to {what}...: those claims may recover "
                        "indirect damages; whether they are capped is for the cap clause to say.",
                        "Check that the cap clause covers these claims, or agree a separate cap for them.",
                        {"carve_out": what, "from": "damages waiver"})
-    if defined:
-        term = defined["term"].strip()
-        return RuleHit("liability_carve_out", "liability_cap", "high", s, e,
-                       f"The limitation of liability does not apply to {term}: those claims are uncapped; "
-                       f"read the definition of {term} to see which they are.",
+    if terms:
+        # A class with a cap of its own ("For all Enhanced Claims, ... will not exceed the Enhanced Cap")
+        # is outside the general cap, not uncapped.
+        own = [t for t in terms if re.search(re.escape(t) + r"[^.;]{0,80}\b(?:will\s+not\s+exceed|shall\s+not\s+"
+                                             r"exceed|limited\s+to|capped\s+at)", after)]
+        rest = [t for t in terms if t not in own]
+        said = [f"{' and '.join(own)} {'have' if len(own) > 1 or own[0].endswith('s') else 'has'} a cap of "
+                "their own (read it)"] if own else []
+        said += [f"{' and '.join(rest)} {'are' if len(rest) > 1 or rest[0].endswith('s') else 'is'} uncapped"] \
+            if rest else []
+        return RuleHit("liability_carve_out", "liability_cap", "high" if rest else "medium", s, e,
+                       f"The limitation of liability does not apply to {' and '.join(terms)}: {'; '.join(said)}; "
+                       f"read the definition{'s' if len(terms) > 1 else ''} to see which claims they are.",
                        "Cap the carved-out claims too, or put a separate, higher cap on them.",
-                       {"carve_out": term, "from": "cap"})
+                       {"carve_out": " and ".join(terms), "from": "cap"})
     if big:
         return RuleHit("liability_carve_out", "liability_cap", "high", s, e,
                        "The limitation of liability has a carve-out for large exposures "
                        f"({big.group(0).lower()}...): those claims are uncapped.",
                        "Cap the carved-out claims too, or put a separate, higher cap on them.",
                        {"carve_out": big.group(0).lower(), "from": "cap"})
-    if _USUAL.search(sent):
+    if usual:
         return RuleHit("liability_carve_out", "liability_cap", "low", s, e,
-                       "The limitation of liability excepts death, personal injury, fraud or wilful "
-                       "misconduct: the usual carve-outs that the law requires.",
+                       f"The limitation of liability excepts {', '.join(usual)}: carve-outs the law usually "
+                       "requires.",
                        "No change needed; check that the list is no wider than the law requires.",
-                       {"from": "cap"})
+                       {"carve_out": ", ".join(usual), "from": "damages waiver" if waiver_only else "cap"})
+    if waiver_only:
+        return RuleHit("liability_carve_out", "liability_cap", "low", s, e,
+                       "The exclusion of indirect damages does not apply to the claims it names: those claims "
+                       "may recover indirect damages; whether they are capped is for the cap clause to say.",
+                       "Check that the cap clause covers these claims, or agree a separate cap for them.",
+                       {"carve_out": "the claims it names", "from": "damages waiver"})
     return RuleHit("liability_carve_out", "liability_cap", "medium", s, e,
                    "The limitation of liability does not apply to some claims: read which, as they are uncapped.",
                    "Cap the carved-out claims too, or put a separate, higher cap on them.", {"from": "cap"})
@@ -128,7 +173,8 @@ def _carve_out(s: int, e: int, sent: str) -> RuleHit:
 
 def _liability(text: str, spans) -> list[RuleHit]:
     hits = []
-    for s, e, sent in sentences(text, spans):
+    sents = sentences(text, spans)
+    for i, (s, e, sent) in enumerate(sents):
         if _UNLIMITED.search(sent):
             hits.append(RuleHit("liability_uncapped", "liability_cap", "high", s, e,
                                 "This sentence leaves liability unlimited.",
@@ -136,7 +182,7 @@ def _liability(text: str, spans) -> list[RuleHit]:
                                 "twelve months before the claim."))
         elif (_CARVE.search(sent) or _DEFINED_CARVE.search(sent)) and re.search(r"\bliab|\bcap\b|\bdamages\b|"
                                                                              r"\blimitation", sent, re.I):
-            hits.append(_carve_out(s, e, sent))
+            hits.append(_carve_out(s, e, sent, " ".join(x for _, _, x in sents[i + 1:i + 3])))
     return hits
 
 
@@ -155,24 +201,43 @@ _INDEMNIFIER = re.compile(
     r"(?:indemnify|defend|hold\s+harmless)")
 
 
+# An indemnity owed only for terms the indemnifier chooses to offer ("only if You agree to indemnify ...
+# by reason of your accepting any such warranty", "for warranty or support terms You offer"): the open
+# source licences' condition on offering more than the licence does, not a standing duty.
+_OPT_IN = re.compile(r"\b(?:warrant(?:y|ies)|support|liability)\b[^.;]{0,80}\b(?:you|licensee|it)\s+"
+                     r"(?:offers?|provides?|assumes?)\b|"
+                     r"\baccept(?:ing|s|ed)?\s+(?:any\s+)?(?:such\s+)?(?:warrant|obligation|additional\s+liabilit)",
+                     re.I)
+# "agrees to indemnify and save harmless Us": a site's or provider's terms written as "we"; the side
+# that indemnifies "us" is the user's.
+_INDEMNIFIES_US = re.compile(r"^[^.;,]{0,40}?\b(?:us|we)\b", re.I)
+
+
 def _indemnity(text: str, spans) -> list[RuleHit]:
-    who: dict[str, tuple[int, int]] = {}
+    who: dict[str, list[tuple[int, int, str, bool]]] = {}
     for s, e, sent in sentences(text, spans):
         for m in _INDEMNIFIER.finditer(sent):
             name = m["who"].strip()
             first = name.split()[0].lower()
             if first in ("the", "a", "any", "such") and "parties" not in name.lower():
                 name = " ".join(name.split()[1:]) or name
-            who.setdefault(name.lower(), (s, e))
+            who.setdefault(name.lower(), []).append((s, e, sent, bool(_INDEMNIFIES_US.search(sent[m.end():]))))
     if not who:
         return []
     if any(re.search(r"\b(?:each|either)\s+party\b|\bthe\s+parties\b", w) for w in who) or len(who) >= 2:
         return []
-    name, (s, e) = next(iter(who.items()))
-    customer = bool(_CUSTOMER_SIDE.search(name))
-    sev = "high" if customer else "medium"
+    name, found = next(iter(who.items()))
+    standing = [f for f in found if not _OPT_IN.search(f[2])]
+    s, e, _, to_us = (standing or found)[0]
+    customer = bool(_CUSTOMER_SIDE.search(name)) or to_us
     side = "your side (" + name + ")" if customer else name
-    return [RuleHit("one_sided_indemnity", "indemnity", sev, s, e,
+    if not standing:
+        return [RuleHit("one_sided_indemnity", "indemnity", "low", s, e,
+                        f"Only {side} gives an indemnity, and only for warranty, support or liability terms it "
+                        "chooses to offer.",
+                        "Offer no more than the licence does, or price and cap what you offer.",
+                        {"indemnifier": name, "opt_in": True})]
+    return [RuleHit("one_sided_indemnity", "indemnity", "high" if customer else "medium", s, e,
                     f"Only {side} gives an indemnity; the other side gives none.",
                     "Ask for a mutual indemnity, or limit this one to claims caused by the indemnifying side "
                     "and cap it.", {"indemnifier": name})]
@@ -187,27 +252,74 @@ _CONVENIENCE = re.compile(r"\bterminat\w*\b[^.;]{0,100}\b(?:for\s+convenience|fo
 
 _GROUND = re.compile(r"\b(?:for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|without\s+cause|at\s+will)\b", re.I)
 _NOTICE_NEAR = re.compile(r"\bnotice\b", re.I)
+# A right to terminate, not termination as an event: "may (be) terminate(d)", "has the right to ...
+# terminate", "at its discretion", "upon notice from" the terminating side. "Upon termination for any
+# reason", "survive the termination ... for any reason", "If the licence is terminated for any reason"
+# carry the words of a convenience ground and grant none.
+_POWER = re.compile(r"\b(?:may|can|right\s+to|entitled\s+to|option\s+to|discretion)\b|"
+                    r"\bupon\s+(?:\w+\s+)?notice\s+(?:from|by)\b", re.I)
+# A ground inside a condition of the termination ("may terminate ... if You are at any time guilty of ...")
+# is part of a cause, not a right without one.
+_CONDITION = re.compile(r"\bif\b|\bwhere\b|\bin\s+the\s+event\b|\bshould\b|\bin\s+case\b", re.I)
+# A period of notice: days that the sentence ties to notice ("30 days' notice", "effective 30 days after
+# providing written notice", "notice of 30 days"), not days of another duty ("paid within 30 days of
+# such termination").
+_NOTICE_DAYS = re.compile(r"\b(?:\w+(?:-\w+)?\s+)?\(?\d{0,3}\)?\s*(?:business\s+|calendar\s+)?days?\b"
+                          r"(?=[^.;]{0,60}\bnotice\b)|\bnotice\b[^.;]{0,20}?\bof\s+(?:\w+(?:-\w+)?\s+)?\(?\d{0,3}\)?"
+                          r"\s*days?\b", re.I)
+_FOR_CAUSE = re.compile(r"\bbreach|\bcure\b|\binsolv|\bbankrupt", re.I)
+_IN_LIEU = re.compile(r"\bin\s+lieu\s+of\b[^.;]{0,60}\bnotice\b", re.I)
+
+
+def _convenience(sent: str, lead: str | None) -> bool:
+    """A right to terminate without cause in this sentence (or in this item under ``lead``)."""
+    m = _CONVENIENCE.search(sent)
+    if not m:
+        return bool(_GROUND.search(sent) and lead is not None and re.search(r"\bterminat", lead, re.I)
+                    and _POWER.search(lead))
+    verb = re.search(r"\bterminat\w*", m.group(0), re.I)
+    at = m.start() + verb.start()
+    ground = re.search(r"for\s+convenience|for\s+any|without\s+cause|at\s+any\s+time|at\s+will", m.group(0), re.I)
+    if at < m.start() + ground.start() and _CONDITION.search(sent[at:m.start() + ground.start()]):
+        return False
+    if _FOR_CAUSE.search(sent[:at]) and _CONDITION.search(sent[:at]):
+        return False  # "If either party materially breaches ..., the other may terminate ... at any time"
+    word = verb.group(0).lower()
+    if word.startswith("termination") or (word == "terminated" and not re.search(
+            r"\b(?:may|can)\s+(?:\w+\s+)?be\s*$", sent[:at], re.I)):
+        return False  # termination as an event: its effect, survival, a condition
+    return bool(_POWER.search(sent) or (lead is not None and _POWER.search(lead)))
+
+
+def _notice_days(sentence: str) -> int | None:
+    m = _NOTICE_DAYS.search(sentence)
+    return notice_days(m.group(0)) if m else None
 
 
 def _termination(text: str, spans) -> list[RuleHit]:
-    """A termination for convenience: in one sentence, or as an item ("c. for any or no reason ...")
-    under a lead-in that terminates ("Either party may terminate this Agreement:"). The notice
-    period is read from the sentence, else from the next one of the clause ("To terminate, the
-    party must give 30 days' notice")."""
+    """A right to terminate for convenience: in one sentence, or as an item ("c. for any or no reason
+    ...") under a lead-in that grants it ("Either party may terminate this Agreement:"). The notice
+    period is read where the sentence ties days to notice, else from the next sentences of the same
+    paragraph that terminate on notice without a cause ("To terminate, the party must give 30 days'
+    notice"; not "... if the other party fails to cure a breach within 30 days after notice")."""
     hits = []
     sents = sentences(text, spans)
     for i, (s, e, sent) in enumerate(sents):
         lead = next((p for _, _, p in reversed(sents[max(0, i - 4):i]) if p.rstrip().endswith(":")), None)
-        own = _CONVENIENCE.search(sent)
-        item = not own and _GROUND.search(sent) and lead is not None and re.search(r"\bterminat", lead, re.I)
-        if not (own or item):
+        if not _convenience(sent, lead):
             continue
-        days = notice_days(sent)
-        if days is None and i + 1 < len(sents) and _NOTICE_NEAR.search(sents[i + 1][2]) \
-                and re.search(r"\bterminat", sents[i + 1][2], re.I):
-            days = notice_days(sents[i + 1][2])
+        days = _notice_days(sent)
+        prev_end = e
+        for ns, ne, nxt in sents[i + 1:i + 3]:
+            if days is not None or re.search(r"\n\s*\n", text[prev_end:ns]) or _FOR_CAUSE.search(nxt):
+                break
+            if _NOTICE_NEAR.search(nxt) and re.search(r"\bterminat", nxt, re.I):
+                days = _notice_days(nxt)
+            prev_end = ne
         immediate = re.search(r"\bimmediately\b|\bwithout\s+notice\b", sent, re.I)
-        if days is None:
+        if days is None and _IN_LIEU.search(sent):
+            sev, notice = "medium", "with pay in lieu of notice"
+        elif days is None:
             sev, notice = "high", ("with immediate effect" if immediate else "with no notice period stated")
         else:
             sev = "high" if days < 30 else "medium" if days < 60 else "low"
@@ -225,7 +337,8 @@ _RENEWAL = re.compile(r"\brenew(?:s|ed)?\s+automatically\b|\bautomatic(?:ally)?\
 # A non-renewal window set elsewhere: "before the Non-Renewal Notice Date", "within the Notice Period".
 _WINDOW_REF = re.compile(r"\b(?:[A-Z][\w-]*\s+){0,3}Notice\s+(?:Date|Period|Deadline|Window)\b|"
                          r"\b(?:as|the\s+period)\s+(?:set\s+out|specified|stated)\s+in\s+(?:the\s+)?[A-Z][\w ]{2,40}")
-_PERIOD = re.compile(r"\bperiods?\s+of\s+(\w+(?:\s+\(\d+\))?\s+(?:months?|years?))", re.I)
+_PERIOD = re.compile(r"\bperiods?\s+of\s+(\w+(?:\s+\(\d+\))?\s+(?:months?|years?))|"
+                     r"\bsuccessive\s+(\w+(?:\s+\(\d+\))?[\s-]+(?:months?|years?))\s+(?:periods|terms)\b", re.I)
 
 
 def _term(text: str, spans) -> list[RuleHit]:
@@ -237,8 +350,11 @@ def _term(text: str, spans) -> list[RuleHit]:
         m = re.search(r"(?:\bunless\b|\bnotice\s+of\s+non-?renewal\b|\bnon-?renewal\b)", sent, re.I)
         if m:
             window = notice_days(sent)
+        elif re.search(r"\b(?:prior\s+to|before)\b[^.;]{0,40}\b(?:renewal|expir|end\s+of)", sent, re.I):
+            window = _notice_days(sent)  # "may terminate upon 90 days' notice prior to a renewal year"
         period = _PERIOD.search(sent)
-        per = f" for successive periods of {period.group(1)}" if period else ""
+        length = (period.group(1) or period.group(2)) if period else None
+        per = f" for successive periods of {length}" if length else ""
         ref = _WINDOW_REF.search(sent)
         if window is None and ref:
             sev, how = "medium", f"the notice window to stop it is set by reference ({ref.group(0)}): check it"
@@ -246,11 +362,11 @@ def _term(text: str, spans) -> list[RuleHit]:
             sev, how = "high", "no notice window to stop it is stated"
         else:
             sev = "high" if window >= 60 else "medium"
-            how = f"it stops only with {window} days' notice of non-renewal"
+            how = f"it stops only with {window} days' notice before a renewal"
         hits.append(RuleHit("automatic_renewal", "term", sev, s, e,
                             f"The term renews automatically{per}; {how}.",
                             "Diarise the non-renewal deadline, or ask for renewal only by written agreement.",
-                            {"notice_days": window, "period": period.group(1) if period else None}))
+                            {"notice_days": window, "period": length}))
     return hits
 
 
@@ -260,6 +376,10 @@ _LATE = re.compile(r"\blate\s+payments?\b[^.;]{0,80}\binterest\b|\binterest\b[^.
                    re.I)
 _RATE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:%|percent|per\s+cent)\s*(?:per\s+(annum|year|month)|a\s+(year|month))?",
                    re.I)
+
+
+_OVER_BASE = re.compile(r"\s*(?:a\s+year\s+|per\s+annum\s+)?(?:over|above)\s+(?:the\s+)?[^.;]{0,40}?\b"
+                        r"(?:base|reference|prime|policy|statutory)\s+(?:lending\s+)?rate\b", re.I)
 
 
 def _payment(text: str, spans) -> list[RuleHit]:
@@ -273,7 +393,12 @@ def _payment(text: str, spans) -> list[RuleHit]:
                                     "Ask for payment within 30 days of a correct invoice.", {"due_days": days}))
         if _LATE.search(sent):
             rate = _RATE.search(sent)
-            if rate:
+            base = rate and _OVER_BASE.match(sent, rate.end())
+            if base:  # "8% over Bank of England base rate": the rate moves with the base rate
+                value = float(rate.group(1))
+                sev, what, yearly = ("high" if value >= 18 else "medium"), \
+                    f"at {rate.group(0).strip()} {base.group(0).strip()}", None
+            elif rate:
                 value = float(rate.group(1))
                 per = (rate.group(2) or rate.group(3) or "year").lower()
                 yearly = value * 12 if per == "month" else value

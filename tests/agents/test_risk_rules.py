@@ -186,3 +186,73 @@ def test_carve_outs_from_the_damages_waiver_and_defined_uncapped_claims():
     h, _ = _one("liability_cap", "Nothing in this Agreement limits either party's liability for fraud or for death "
                                  "caused by negligence.")
     assert h.severity == "low"
+
+
+def test_termination_as_an_event_or_for_cause_is_no_convenience_right():
+    """Issue 31's hand check: survival, the effect of termination, a termination as a condition and a
+    ground inside a cause carry the words "for any reason" / "at any time" and grant no right."""
+    for clause in ("Upon expiry or termination of this Agreement for any reason, the Buyer will return all samples.",
+                   "Clauses 4 and 7 survive the termination of this Agreement for any reason.",
+                   "If this Agreement is terminated for any reason, the Reseller will stop selling the Goods.",
+                   "The Supplier may end the engagement without notice if the Agent is at any time convicted of "
+                   "a crime.",
+                   "If either party commits a material breach and fails to cure it, the other party may terminate "
+                   "this Agreement by notice at any time."):
+        _, hits = _hits("termination", clause)
+        assert hits == [], clause
+
+
+def test_termination_notice_is_read_from_days_tied_to_notice_in_the_same_paragraph():
+    # days of another duty are no notice period; the next sentence that terminates on notice gives it
+    h, _ = _one("termination", "Either party may terminate this Agreement at any time, and the Agent will be paid "
+                               "within 15 days of the termination.",
+                "The Principal may terminate by giving 75 days' prior written notice.")
+    assert h.facts["notice_days"] == 75 and h.severity == "low"
+    # a for-cause right in the next clause does not lend its cure period
+    h, _ = _one("termination", "If no Order is open, either party may terminate for any or no reason by notice.",
+                "Either party may terminate if the other fails to cure a breach within 45 days after notice.")
+    assert h.facts["notice_days"] is None and h.severity == "high"
+    h, _ = _one("termination", "The Employer may at its discretion terminate the employment at any time by paying "
+                               "salary in lieu of the notice period.")
+    assert h.severity == "medium" and "in lieu of notice" in h.rationale
+
+
+def test_carve_outs_are_read_from_what_is_excepted():
+    h, _ = _one("liability_cap", "Save in the case of gross negligence, the Seller is not liable for any direct or "
+                                 "indirect damages, including loss of data or goodwill.")
+    assert h.severity == "low" and h.rationale.startswith("The limitation of liability excepts gross negligence")
+    assert "fraud" not in h.rationale and "death" not in h.rationale
+    h, _ = _one("liability_cap", "Clauses 8.1 (Cap) and 8.2 (Waiver) do not apply to Special Claims or Excluded "
+                                 "Claims.", "For all Special Claims, each party's liability will not exceed twice "
+                                            "the Fees.")
+    assert h.facts["carve_out"] == "Special Claims and Excluded Claims" and h.severity == "high"
+    assert "Special Claims have a cap of their own" in h.rationale and "Excluded Claims are uncapped" in h.rationale
+
+
+def test_indemnity_offered_only_with_optional_warranty_and_indemnity_owed_to_us():
+    h, _ = _one("indemnity", "You may offer support to others, but only if You agree to indemnify each Author "
+                             "against any liability arising from your accepting any such warranty.")
+    assert h.severity == "low" and h.facts["opt_in"] is True
+    h, _ = _one("indemnity", "The Member agrees to indemnify and hold harmless us and our officers against claims.")
+    assert h.severity == "high" and "your side" in h.rationale
+
+
+def test_renewal_notice_before_a_renewal_and_late_interest_over_a_base_rate():
+    h, _ = _one("term", "The subscription will automatically renew for successive one year periods, provided that "
+                        "either party may end it by 30 days' written notice prior to the renewal date.")
+    assert h.facts["notice_days"] == 30 and "30 days' notice before a renewal" in h.rationale
+    h, _ = _one("payment", "Interest accrues on overdue invoices at 4% over the central bank base rate.")
+    assert h.rule == "late_payment_interest" and "4% over the central bank base rate" in h.rationale
+
+
+def test_law_and_venue_named_in_other_ways():
+    h, _ = _one("governing_law", "This contract is governed by Irish law and the courts of Ireland decide disputes.")
+    assert h.severity == "low" and h.facts["law"] == "Ireland"
+    h, _ = _one("governing_law", "This Agreement is governed by the laws of the state of Oregon.",
+                "Disputes go to the courts located in Multnomah County, Oregon.")
+    assert h.severity == "low" and h.facts["venue"] == "Multnomah County, Oregon"
+    h, _ = _one("governing_law", "This Agreement is governed by the laws of the United States and the State of "
+                                 "Texas.", "The courts of the State of Texas have exclusive jurisdiction.")
+    assert h.severity == "low" and "State of Texas" in h.facts["law"]
+    h, _ = _one("governing_law", "This Licence is governed by Dutch law.", "Disputes go to the Utrecht Courts.")
+    assert h.severity == "low" and h.facts["venue"] == "Utrecht"
