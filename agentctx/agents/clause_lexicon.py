@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 __all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "TO_BE_PAID", "REFUND_LIMIT",
            "PARTY_MAY_TERMINATE", "MAY_END", "PASSIVE_NONDISCLOSURE", "NOT_MODAL",
-           "CONSENT", "PAY_SCHEDULE", "ASSIGN_CONDITION", "PROMISE_TO_PAY_SIDES",
+           "CONSENT", "PAY_SCHEDULE", "TO_RECEIVE_PAY", "MAKE_PAYMENT", "ASSIGN_CONDITION", "PROMISE_TO_PAY_SIDES",
            "MAY_BE_TRANSFERRED_ONLY", "DURATION_UNTIL_TERMINATED", "normalize", "title_matches", "body_evidence",
            "legal_voice"]
 
@@ -98,6 +98,16 @@ ASSIGN_CONDITION = (r"\bas\s+a\s+condition\s+(?:of|to|precedent\s+to)\s+(?:the|a
 # EUR 90,000", "the Consultant will be paid a fee of ...". Shared with the operative rules (core language).
 TO_BE_PAID = (r"\b(?:shall|will|is\s+to|are\s+to)\s+be\s+paid\s+(?:an?\s+|the\s+|your\s+|his\s+|her\s+|their\s+)?"
               r"(?:[\w-]+\s+){0,3}(?:salary|wages?|remuneration|compensation|fees?)\b")
+# The same duty from the payee's side when it receives its pay: "As a Presenter, I will receive ... other remuneration
+# as listed below", "the Consultant shall receive a fee of ...", "is entitled to receive compensation". Not "will not
+# receive any compensation" (the modal must be followed by "receive").
+TO_RECEIVE_PAY = (r"\b(?:shall|will|is\s+to|are\s+to|(?:is|are|am|be)\s+entitled\s+to)\s+receive\b[^.;]{0,80}?"
+                  r"\b(?:remuneration|compensation|fees?|salary|wages?|honorari(?:um|a)|stipends?)\b")
+# "Sponsor shall make a contribution to the PSF ... in the amount shown in Exhibit A", "shall make payment by bank
+# transfer", "agrees to make the payments set out in Schedule 2": making a payment is paying. A contribution or a
+# donation counts only with its amount (a contributor licence's "Contributions" are code, not money).
+MAKE_PAYMENT = (r"\b(?:shall|will|must|agrees?\s+to|undertakes?\s+to)\s+make\s+(?:an?\s+|the\s+|all\s+|such\s+)?"
+                r"(?:[\w-]+\s+){0,2}(?:payments?\b|(?:contributions?|donations?)\b(?=[^.;]{0,80}\b(?:amount|sum)\b))")
 # A limit on what one side must refund or repay ("any amount to be refunded will not exceed the damages
 # recovered") is no cap on liability when the sentence names no liability.
 REFUND_LIMIT = r"^(?!.*\bliab).*\b(?:to\s+be|is|are|be)\s+(?:refunded|repaid|reimbursed)\b"
@@ -201,6 +211,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             FEE_TAKEN,
             PAY_SCHEDULE,
             TO_BE_PAID,  # "You shall be paid a gross annual salary of ...": an employment agreement's duty to pay
+            TO_RECEIVE_PAY,  # "I will receive ... remuneration as listed below": the payee's side again
+            MAKE_PAYMENT,  # "shall make a contribution ... in the amount shown in Exhibit A"
         ),
         weak=_rx(r"\bfees?\b", r"\bprice\b", r"\bcharges?\b", r"\btax(?:es)?\b", r"\brefund\b"),
         negative=_rx(r"\broyalty[- ]free\b", r"\bfree\s+of\s+charge\b", r"\bno[- ]charge\b",
@@ -210,7 +222,11 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
                      r"\binsurance\b", r"\brecruitment\s+fee\b",
                      r"\bpay\b[^.;]{0,40}\b(?:damages|settlements?|costs\s+and\s+damages)\b",
                      # bookkeeping named in a list of activities, not a duty to pay
-                     r"\baccounts?\s+(?:payable|receivable)\b"),
+                     r"\baccounts?\s+(?:payable|receivable)\b",
+                     # the duty denied: "Customer will have no obligation to pay any fees that Provider invoices
+                     # more than 120 days after ...", "is not under any obligation to make any payment"
+                     r"\b(?:no|not\s+(?:\w+\s+){0,2}any)\s+(?:obligation|duty|liability|requirement)\s+to\s+"
+                     r"(?:pay|make\s+(?:any\s+)?payments?)\b"),
         title_negative=_rx(r"\binsurance\b", r"\bdefinitions?\b"),
     ),
     KindLexicon(

@@ -33,6 +33,7 @@ from .clause_lexicon import (
     ASSIGN_CONDITION,
     CONSENT,
     FEE_TAKEN,
+    MAKE_PAYMENT,
     MAY_BE_TRANSFERRED_ONLY,
     MAY_END,
     NOT_MODAL,
@@ -40,6 +41,7 @@ from .clause_lexicon import (
     PASSIVE_NONDISCLOSURE,
     PAY_SCHEDULE,
     TO_BE_PAID,
+    TO_RECEIVE_PAY,
 )
 
 __all__ = ["OperativeLexicon", "OPERATIVE", "CORE_BONUS", "MAX_CORE", "RELATED_PENALTY", "DEFINITION",
@@ -101,7 +103,9 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             # a note's or a bond's maker "promises (undertakes, covenants) to pay" the principal: the duty to pay
             r"\b(?:promises?|undertakes?|covenants?)\s+to\s+(?:promptly\s+)?pay\b",
             rf"\b(?:payable|due|paid)\s+(?:with)?in\s+{_NUM_DAYS}\b",
-            rf"\bwithin\s+{_NUM_DAYS}\b",  # the due date: "within thirty (30) days of the invoice date"
+            # the due date: "within thirty (30) days of the invoice date"; after "due", "payable" or "paid" the pattern
+            # above has counted these words already (one phrase counts once)
+            rf"(?<!\bdue\s)(?<!\bpaid\s)(?<!\bpayable\s)\bwithin\s+{_NUM_DAYS}\b",
             r"\b(?:pay(?:s|ing|able)?|paid|billed|charged)\s+(?:\w+\s+){0,2}in\s+advance\b",  # the due date too
             r"\b(?:fees?|charges?|prices?)\b[^.;]{0,60}\b(?:are|is|will\s+be|shall\s+be)\s+(?:due|payable|based\s+on|"
             r"invoiced)\b",
@@ -112,6 +116,11 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             FEE_TAKEN,  # the fee kept out of the money handled: how a sponsor or an agent is paid
             PAY_SCHEDULE,  # "we agree to stick to the following payment schedule"
             TO_BE_PAID,  # "You shall be paid a gross annual salary of ...", the payee's side of the duty
+            TO_RECEIVE_PAY,  # "I will receive ... other remuneration as listed below", the same from the payee
+            MAKE_PAYMENT,  # "shall make a contribution (payment) ...": making a payment is paying
+            # the basis of the duty by its amount: "... in the amount shown in Exhibit A", "in the amount of $5,000"
+            r"\bin\s+the\s+(?:total\s+|aggregate\s+)?amount\s+(?:of|shown|set\s+(?:out|forth)|specified|stated|"
+            r"indicated|listed)\b",
         ),
         related=_rx(
             r"\bdisput(?:e|es|ed|ing)\b", r"\blate\s+(?:payments?|fees?|charges?)\b", r"\boverdue\b",

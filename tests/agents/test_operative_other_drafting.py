@@ -510,3 +510,48 @@ def test_a_sides_right_to_terminate_outranks_an_ending_that_follows_another_cont
             "   2. Either party may terminate this Agreement by written notice if the other party fails to pay a "
             "sum due.\n")
     assert _best(text, "termination").startswith("Either party may terminate this Agreement by written notice")
+
+
+def test_the_payees_remuneration_it_will_receive_is_the_duty_to_pay():
+    """A release written in the first person states the pay from the payee's side: "I will receive ... a fee as
+    set out below" (before, no payment pattern read it and payment was reported absent)."""
+    text = ("## Fees and expenses\n\n"
+            "As a Panellist, I will receive a free day ticket and the honorarium stated in the schedule. I will not "
+            "receive any other compensation for taking part.\n")
+    decision = draw_candidates(parse_structure(text), "payment")
+    assert decision.found
+    assert _best(text, "payment").startswith("As a Panellist, I will receive a free day ticket")
+
+
+def test_making_a_contribution_in_an_amount_is_the_duty_to_pay_not_its_due_date():
+    """"The Donor shall make a contribution ... in the amount shown in Schedule 1" is the duty and its basis; the
+    schedule's "The Donation is due within 14 days" is its due date (before, the due date was cited, "due within 14
+    days" counting twice as core language)."""
+    text = ("2. Donation. The Donor shall make a contribution to the Trust (the \"Donation\") in the amount shown "
+            "in Schedule 1.\n\n"
+            "3. Publicity. The Trust will name the Donor in its annual report.\n\n"
+            "SCHEDULE 1\n\n"
+            "1. The Donation is due within fourteen (14) days of the Start Date.\n")
+    assert _best(text, "payment").startswith("The Donor shall make a contribution to the Trust")
+
+
+def test_a_contributors_contributions_are_no_payment():
+    text = ("3. Submissions\n\n"
+            "You will make Contributions to the Project under the terms of this document.\n")
+    assert not draw_candidates(parse_structure(text), "payment").found
+
+
+def test_due_within_days_counts_once_as_core_payment_language():
+    due, why = operative_adjustment("payment", "all amounts are due within 30 days after the invoice date.")
+    assert due == 0.75, why
+    assert operative_adjustment("payment", "the customer will pay within 30 days of the invoice.")[0] == 1.5
+
+
+def test_no_obligation_to_pay_denies_the_duty():
+    """"will have no obligation to pay any fees invoiced late" denies the duty; the duty itself is cited (before, the
+    denial outranked it once "due within" counted once)."""
+    text = ("10. Charges\n\n"
+            "10.1 Charges. The Client will pay the charges stated in the Order.\n\n"
+            "10.2 Late invoices. The Client will have no obligation to pay any charges that the Supplier invoices "
+            "more than 90 days after the work is done.\n")
+    assert _best(text, "payment").startswith("The Client will pay the charges stated in the Order.")
