@@ -1,6 +1,7 @@
 """The governing-law rule (``governing_law_venue``): the law a contract chooses and the courts it names.
 
-Medium when the courts sit in another jurisdiction than the law's, low otherwise (for the record);
+Medium when the courts (or an arbitration tribunal's seat, named as arbitration) sit in another
+jurisdiction than the law's, low otherwise (for the record);
 low when either is a standard form's variable ("the State of Governing Law", "courts in
 Jurisdiction"), which names no place to compare. ``law_named`` serves the report's cross-document
 note too (pipelines/report.py).
@@ -58,7 +59,10 @@ def _law_in(sentence: str) -> str | None:
 def _venue_in(sentence: str) -> str | None:
     m = _VENUE.search(sentence)
     if m:
-        return m["venue"] + (m["within"] or "")
+        # "an arbitration tribunal in Columbia, Maryland": the seat of an arbitration, not courts.
+        seat = _ARBITRATION if re.match(r"tribunal", m.group(0), re.I) and re.search(r"\barbitra", sentence,
+                                                                                     re.I) else ""
+        return m["venue"] + (m["within"] or "") + seat
     m = _VENUE_ADJ.search(sentence)
     return _LAW_ADJECTIVES.get(m["venue"].lower(), m["venue"] + _BY_NAME_ONLY) if m else None
 
@@ -66,6 +70,9 @@ def _venue_in(sentence: str) -> str | None:
 # Courts named by a place alone ("the Paris Courts"): without a gazetteer the review cannot tell whether
 # the place lies in the law's jurisdiction, so it reports both for the record instead of a mismatch.
 _BY_NAME_ONLY = "\u200b"
+# Disputes go to an arbitration seated there: the rationale names arbitration, not courts.
+_ARBITRATION = "\u200c"
+_MARKS = _BY_NAME_ONLY + _ARBITRATION
 
 
 _PLACE_PREFIX = re.compile(r"^(?:the\s+)?(?:State|Commonwealth|Republic|Province|Kingdom|County|City)"
@@ -101,9 +108,13 @@ def _placeholder(name: str) -> bool:
     return bool(words) and all(w in _PLACEHOLDER_WORDS for w in words)
 
 
+def _forum(place: str, arbitration: bool) -> str:
+    return f"arbitration in {place}" if arbitration else f"the courts of {place}"
+
+
 def governing_law(text: str, spans) -> list[RuleHit]:
     law = venue = None
-    by_name_only = False
+    by_name_only = arbitration = False
     for s, e, sent in sentences(text, spans):
         if law is None and re.search(r"\bgovern|\bconstrued|\bapplicable\s+law|\bgoverning\s+law", sent, re.I):
             named = _law_in(sent)
@@ -114,7 +125,8 @@ def governing_law(text: str, spans) -> list[RuleHit]:
             if named:
                 venue = (named, s, e)
                 by_name_only = named.endswith(_BY_NAME_ONLY)
-                venue = (named.rstrip(_BY_NAME_ONLY), s, e)
+                arbitration = named.endswith(_ARBITRATION)
+                venue = (named.rstrip(_MARKS), s, e)
     if law is None and venue is None:
         return []
     refs = [x[0] for x in (law, venue) if x and _placeholder(x[0])]
@@ -129,13 +141,15 @@ def governing_law(text: str, spans) -> list[RuleHit]:
                          "by_reference": True})]
     if law and venue and not by_name_only and not _same_place(law[0], venue[0]):
         return [RuleHit("governing_law_venue", "governing_law", "medium", law[1], law[2],
-                        f"The agreement is governed by the laws of {law[0]} but disputes go to the courts of "
-                        f"{venue[0]}: a court applying foreign law adds cost and uncertainty.",
+                        f"The agreement is governed by the laws of {law[0]} but disputes go to "
+                        f"{_forum(venue[0], arbitration)}: {'arbitrators' if arbitration else 'a court'} "
+                        "applying foreign law adds cost and uncertainty.",
                         "Align the governing law and the courts, preferably with your home jurisdiction.",
                         {"law": law[0], "venue": venue[0]})]
     found = law or venue
     what = (f"the laws of {law[0]}" if law else "no governing law") + \
-           (f", disputes in the courts of {venue[0]}" if venue else ", no venue named")
+           (f", disputes {'to' if arbitration else 'in'} {_forum(venue[0], arbitration)}" if venue
+            else ", no venue named")
     return [RuleHit("governing_law_venue", "governing_law", "low", found[1], found[2],
                     f"Governing law and venue: {what}.",
                     "Confirm that this law and forum are acceptable to you.",

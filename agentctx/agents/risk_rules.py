@@ -16,12 +16,13 @@ Rules (name: kind, what fires it, severity):
   Read from what is excepted, not from the whole sentence.
 * ``no_liability_cap`` (document): no limitation-of-liability clause found: medium.
 * ``one_sided_indemnity`` (indemnity): only one side indemnifies: high when it is the
-  customer/licensee side (or indemnifies "us"), medium otherwise; low when owed only for
-  warranty or support the indemnifier chooses to offer.
+  customer/licensee/sponsor side (or indemnifies "us", or is the first-person signer: "I
+  agree to indemnify"), medium otherwise; low when owed only for warranty or support the
+  indemnifier chooses to offer.
 * ``termination_for_convenience`` (termination): a party may terminate for convenience,
   for any reason, without cause or at any time (a right, not termination as an event or a
-  ground inside a cause): high with notice under 30 days or none stated, medium under 60
-  days or with pay in lieu of notice, low otherwise.
+  ground inside a cause, nor "at any time if it determines ..."): high with notice under 30
+  days or none stated, medium under 60 days or with pay in lieu of notice, low otherwise.
 * ``automatic_renewal`` (term): the term renews automatically; the non-renewal notice
   window is read: high with a window of 60 days or more or none stated, else medium.
 * ``short_payment_term`` (payment): payment due within fewer than 30 days: medium.
@@ -45,8 +46,10 @@ from agentctx.agents.risk_law import governing_law
 
 __all__ = ["RuleHit", "RULES", "RULE_KINDS", "evaluate_rules", "no_liability_cap", "notice_days"]
 
+# The reader's side: the one that takes a licence, buys or pays for a service or programme ("Sponsor", the
+# company that sponsors an event; not a "fiscal sponsor", the foundation that hosts a project).
 _CUSTOMER_SIDE = re.compile(r"\b(?:you|your|licensee|customer|client|recipient|partner|user|buyer|subscriber|"
-                            r"distributor|commercial\s+distributor|redistributor)\b", re.I)
+                            r"distributor|commercial\s+distributor|redistributor|(?<!fiscal\s)sponsor)\b", re.I)
 _NUMBER_WORDS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen".split())}
 _NUMBER_WORDS.update({"twenty": 20, "thirty": 30, "forty-five": 45, "forty": 40, "sixty": 60, "ninety": 90,
@@ -229,8 +232,11 @@ def _indemnity(text: str, spans) -> list[RuleHit]:
     name, found = next(iter(who.items()))
     standing = [f for f in found if not _OPT_IN.search(f[2])]
     s, e, _, to_us = (standing or found)[0]
-    customer = bool(_CUSTOMER_SIDE.search(name)) or to_us
-    side = "your side (" + name + ")" if customer else name
+    # "I agree to indemnify ...": a form written in the first person of whoever signs it (a presenter's
+    # or volunteer's release); the signer is the reader's own side.
+    signer = name == "i"
+    customer = bool(_CUSTOMER_SIDE.search(name)) or to_us or signer
+    side = "your side (I, the signer)" if signer else "your side (" + name + ")" if customer else name
     if not standing:
         return [RuleHit("one_sided_indemnity", "indemnity", "low", s, e,
                         f"Only {side} gives an indemnity, and only for warranty, support or liability terms it "
@@ -282,6 +288,12 @@ def _convenience(sent: str, lead: str | None) -> bool:
     ground = re.search(r"for\s+convenience|for\s+any|without\s+cause|at\s+any\s+time|at\s+will", m.group(0), re.I)
     if at < m.start() + ground.start() and _CONDITION.search(sent[at:m.start() + ground.start()]):
         return False
+    if ground.group(0).lower().startswith("at any time") and not _GROUND.search(sent):
+        # "may terminate ... at any time if it reasonably determines that ...": a right on a ground,
+        # whenever the ground arises, not one without cause ("at any time if it gives notice" still is).
+        cond = re.match(r"\s*,?\s*(?:if|where|in\s+the\s+event|should|in\s+case|when)\b[^.;]*", sent[m.end():], re.I)
+        if cond and not re.search(r"\bnotice\b", cond.group(0), re.I):
+            return False
     if _FOR_CAUSE.search(sent[:at]) and _CONDITION.search(sent[:at]):
         return False  # "If either party materially breaches ..., the other may terminate ... at any time"
     word = verb.group(0).lower()

@@ -256,3 +256,34 @@ def test_law_and_venue_named_in_other_ways():
     assert h.severity == "low" and "State of Texas" in h.facts["law"]
     h, _ = _one("governing_law", "This Licence is governed by Dutch law.", "Disputes go to the Utrecht Courts.")
     assert h.severity == "low" and h.facts["venue"] == "Utrecht"
+
+
+def test_first_person_signer_and_sponsor_indemnify_from_the_readers_side():
+    h, _ = _one("indemnity", "I will indemnify the Organiser against any claims arising from my talk.")
+    assert h.severity == "high" and "your side (I, the signer)" in h.rationale and "Only i " not in h.rationale
+    h, _ = _one("indemnity", "Sponsor shall indemnify the Foundation against claims arising from its booth.")
+    assert h.severity == "high" and "your side" in h.rationale
+    # a fiscal sponsor is the host of a project, not its paying side
+    h, _ = _one("indemnity", "The Fiscal Sponsor shall indemnify the Project against claims from its own staff.")
+    assert h.severity == "medium"
+
+
+def test_termination_at_any_time_on_a_ground_is_no_convenience_right():
+    _, hits = _hits("termination", "The Organiser may terminate this Agreement at any time if it reasonably finds "
+                                   "that the sponsorship harms its name.")
+    assert hits == []
+    h, _ = _one("termination", "The Organiser may terminate this Agreement at any time if it gives the other "
+                               "party 15 days' written notice.")
+    assert h.severity == "high" and h.facts["notice_days"] == 15
+    h, _ = _one("termination", "Either party may terminate this Agreement at any time, for any reason, if the "
+                               "other party is notified.")
+    assert h.rule == "termination_for_convenience"
+
+
+def test_arbitration_seat_is_not_called_courts():
+    h, _ = _one("governing_law", "Any dispute shall be settled by binding arbitration before an arbitration "
+                                 "tribunal in Austin, Texas.")
+    assert h.rationale == "Governing law and venue: no governing law, disputes to arbitration in Austin, Texas."
+    h, _ = _one("governing_law", "This Agreement is governed by the laws of the State of Ohio.",
+                "Disputes are resolved by an arbitral tribunal in Geneva under the ICC Rules.")
+    assert h.severity == "medium" and "disputes go to arbitration in Geneva" in h.rationale
