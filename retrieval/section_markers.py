@@ -28,9 +28,10 @@ _ROMAN_VALUE = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100}
 
 
 # "Section 2 - Scope", "ARTICLE 12. GOVERNING LAW", "ARTICLE NINE", "Exhibit A" alone; not "Exhibit A attached"
-# or "Section 2.1 of this License" at the start of a wrapped line of running text.
+# or "Section 2.1 of this License" at the start of a wrapped line of running text, nor "Clause 8.1, each party ..."
+# (a separator "." followed by a digit is the decimal point of a cross-reference, not the end of a heading number).
 _KW = re.compile(rf"(?P<kw>{_KEYWORDS})\s+(?P<num>\d{{1,3}}(?:\.\d{{1,3}})*|[IVXLC]{{1,6}}|{_SPELLED}|[A-Z])\b\.?"
-                 r"(?:\s*[-\u2013\u2014:.]\s*|[ \t]*$|[ \t]*\n|\s+(?=[A-Z\"\u201c(]))", re.M)
+                 r"(?:\s*[-\u2013\u2014:.](?!\d)\s*|[ \t]*$|[ \t]*\n|\s+(?=[A-Z\"\u201c(]))", re.M)
 
 
 _NUM = re.compile(r"(?P<num>\d{1,3}(?:\.\d{1,3}){0,4})(?P<close>[.)]|(?=\s))(?:[ \t]+|(?=[A-Z\"\u201c]))")

@@ -36,6 +36,7 @@ _ITEM_START = re.compile(
       | \(\s*(?:\d{1,3}|[a-zA-Z]|[ivxlcIVXLC]{1,6})\s*\)[ \t]?               # (a) (12)
       | (?:ARTICLE|Article|SECTION|Section|Clause|CLAUSE|Schedule|SCHEDULE
            |Exhibit|EXHIBIT|Annex|ANNEX|Appendix|APPENDIX)\b
+        (?![ \t]+\d{1,3}(?:\.\d{1,3})*[,;])   # not a cross-reference wrapped to a line ("Clause 8.1, each party")
     )""",
     re.VERBOSE,
 )

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 __all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "TO_BE_PAID", "REFUND_LIMIT",
            "PARTY_MAY_TERMINATE", "MAY_END", "PASSIVE_NONDISCLOSURE", "NOT_MODAL",
            "CONSENT", "PAY_SCHEDULE", "TO_RECEIVE_PAY", "MAKE_PAYMENT", "ASSIGN_CONDITION", "PROMISE_TO_PAY_SIDES",
-           "MAY_BE_TRANSFERRED_ONLY", "DURATION_UNTIL_TERMINATED", "normalize", "title_matches", "body_evidence",
+           "MAY_BE_TRANSFERRED_ONLY", "DURATION_UNTIL_TERMINATED", "NET_TERMS", "DUE_ON_DELIVERY",
+           "COST_OF_REPAIR", "normalize", "title_matches", "body_evidence",
            "legal_voice"]
 
 
@@ -108,6 +109,16 @@ TO_RECEIVE_PAY = (r"\b(?:shall|will|is\s+to|are\s+to|(?:is|are|am|be)\s+entitled
 # donation counts only with its amount (a contributor licence's "Contributions" are code, not money).
 MAKE_PAYMENT = (r"\b(?:shall|will|must|agrees?\s+to|undertakes?\s+to)\s+make\s+(?:an?\s+|the\s+|all\s+|such\s+)?"
                 r"(?:[\w-]+\s+){0,2}(?:payments?\b|(?:contributions?|donations?)\b(?=[^.;]{0,80}\b(?:amount|sum)\b))")
+# The trade terms of a sale, how a distributor or a buyer pays for goods: "Terms are net cash upon delivery", "net
+# thirty (30) days", "net 30", "cash on delivery". Not "net of taxes" or "net revenue" (a number or cash must follow).
+NET_TERMS = r"\bnet\s+(?:cash\b|\(?\d{1,3}\)?(?![\d.,%])|\w+\s+\(\d{1,3}\)\s+days\b)|\bcash\s+(?:up)?on\s+delivery\b"
+# When the price of goods falls due: "payable upon delivery", "due on receipt", "cash upon delivery"
+DUE_ON_DELIVERY = r"\b(?:due|payable|paid|cash)\s+(?:in\s+full\s+)?(?:up)?on\s+(?:delivery|receipt|shipment)\b"
+# What a side bears for repairs, replacements or carriage ("agrees to pay all charges associated with each such
+# replacement", "shall bear all costs of transportation"): the allocation of costs, not the duty to pay the price.
+COST_OF_REPAIR = (r"\b(?:pay|bear)\s+(?:all\s+|any\s+)?(?:the\s+)?(?:charges|costs|expenses)\s+"
+                  r"(?:associated\s+with|of|for)\s+"
+                  r"(?:\w+\s+){0,2}(?:replacements?|repairs?|returns?|shipping|transportation|carriage)\b")
 # A limit on what one side must refund or repay ("any amount to be refunded will not exceed the damages
 # recovered") is no cap on liability when the sentence names no liability.
 REFUND_LIMIT = r"^(?!.*\bliab).*\b(?:to\s+be|is|are|be)\s+(?:refunded|repaid|reimbursed)\b"
@@ -213,6 +224,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             TO_BE_PAID,  # "You shall be paid a gross annual salary of ...": an employment agreement's duty to pay
             TO_RECEIVE_PAY,  # "I will receive ... remuneration as listed below": the payee's side again
             MAKE_PAYMENT,  # "shall make a contribution ... in the amount shown in Exhibit A"
+            NET_TERMS,  # "Terms are net cash upon delivery": a sale's payment terms
         ),
         weak=_rx(r"\bfees?\b", r"\bprice\b", r"\bcharges?\b", r"\btax(?:es)?\b", r"\brefund\b"),
         negative=_rx(r"\broyalty[- ]free\b", r"\bfree\s+of\s+charge\b", r"\bno[- ]charge\b",

@@ -32,10 +32,13 @@ from dataclasses import dataclass
 from .clause_lexicon import (
     ASSIGN_CONDITION,
     CONSENT,
+    COST_OF_REPAIR,
+    DUE_ON_DELIVERY,
     FEE_TAKEN,
     MAKE_PAYMENT,
     MAY_BE_TRANSFERRED_ONLY,
     MAY_END,
+    NET_TERMS,
     NOT_MODAL,
     PARTY_MAY_TERMINATE,
     PASSIVE_NONDISCLOSURE,
@@ -118,6 +121,8 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             TO_BE_PAID,  # "You shall be paid a gross annual salary of ...", the payee's side of the duty
             TO_RECEIVE_PAY,  # "I will receive ... other remuneration as listed below", the same from the payee
             MAKE_PAYMENT,  # "shall make a contribution (payment) ...": making a payment is paying
+            NET_TERMS,  # "Terms are net cash upon delivery", "net 30 days": the trade terms of a sale
+            DUE_ON_DELIVERY,  # "payable upon delivery", "cash upon delivery": when the price falls due
             # the basis of the duty by its amount: "... in the amount shown in Exhibit A", "in the amount of $5,000"
             r"\bin\s+the\s+(?:total\s+|aggregate\s+)?amount\s+(?:of|shown|set\s+(?:out|forth)|specified|stated|"
             r"indicated|listed)\b",
@@ -134,6 +139,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"(?:how|that|why)\b",
             # cash paid instead of a fractional share on a conversion is a mechanic of the conversion, not the duty
             r"\bin\s+lieu\s+of\s+(?:any\s+|issuing\s+|the\s+)?fractional\b",
+            COST_OF_REPAIR,  # "agrees to pay all charges associated with each such replacement": costs borne
         ),
         # the interest a loan bears on its principal is part of what is owed ("promises to pay the principal with
         # interest on the unpaid principal at 6% per annum"), not interest on late payments

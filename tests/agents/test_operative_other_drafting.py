@@ -555,3 +555,22 @@ def test_no_obligation_to_pay_denies_the_duty():
             "10.2 Late invoices. The Client will have no obligation to pay any charges that the Supplier invoices "
             "more than 90 days after the work is done.\n")
     assert _best(text, "payment").startswith("The Client will pay the charges stated in the Order.")
+
+
+def test_net_cash_terms_of_a_sale_are_the_duty_to_pay_not_the_cost_of_a_replacement():
+    """A distribution agreement states how the distributor pays as trade terms ("Terms are net cash upon delivery");
+    a warranty's "agrees to pay all charges associated with each such repair" allocates costs (before, the
+    allocation was cited: net terms matched no payment pattern)."""
+    text = ("ARTICLE 1 SUPPLY\n\n"
+            "1.01. Price List. All prices are in euros, ex works at the Maker's plant.\n\n"
+            "1.02. Terms. Terms are net cash upon delivery.\n\n"
+            "ARTICLE 2 WARRANTY\n\n"
+            "2.01. Defects. The Maker will repair any defective Unit within sixty days. If no fault is found in the "
+            "Unit, the Reseller agrees to pay all charges associated with each such repair.\n")
+    assert _best(text, "payment") == "Terms are net cash upon delivery."
+
+
+def test_net_terms_are_payment_language_and_net_of_taxes_is_not():
+    assert operative_adjustment("payment", "invoices are payable net thirty (30) days after receipt.")[0] > 0
+    assert operative_adjustment("payment", "amounts are payable upon delivery of the goods.")[0] > 0
+    assert operative_adjustment("payment", "the revenue is reported net of taxes.")[0] <= 0

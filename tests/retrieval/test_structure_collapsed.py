@@ -54,3 +54,16 @@ def test_the_confidentiality_heading_lifts_its_passive_duty_in_the_collapsed_lay
     cited = " ".join(_COLLAPSED[dec.best.start:dec.best.end].split())
     assert cited.startswith("Secret information so given shall not be divulged")
     assert dec.best.section_name.endswith("Section 5.01 Secret Information")
+
+
+def test_a_cross_reference_wrapped_to_the_start_of_a_line_opens_no_section():
+    """"Clause 4.2, each party ..." at the start of a hard-wrapped line continues a sentence: it is neither a block of
+    its own nor a section numbered "4" (before, the sentence was cut there and the quote began at "2, each party")."""
+    text = ("4. Secrecy\n\n"
+            "4.1. During the term, subject to the exceptions in\n"
+            "Clause 4.2, each party will keep the other's secret information secret.\n\n"
+            "4.2. The duty does not cover public information.\n")
+    st = parse_structure(text)
+    assert [s.number for s in st.sections] == ["4", "4.1", "4.2"]
+    assert any(text[u.start:u.end].startswith("During the term, subject to the exceptions in\nClause 4.2, each party")
+               for u in st.units)
