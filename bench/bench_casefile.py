@@ -11,7 +11,18 @@ the review's clause decisions without retrieval's small bonus), seconds in all:
 * ``headers``: the same agreements joined as files (``agentctx review a.txt b.txt``): exact
   boundaries from the file headers, no filler.
 
-Scored per labelled agreement with the dev set's rule (bench/devsets/contracts/score.py: a
+``--devset commercial`` builds the same case files from bench/devsets/commercial (agreements of
+other drafting families: terms of service, NDAs, consulting, employment, a DPA, a note, public-sector
+terms, EDGAR exhibits; every document with labels), and ``--half tuning|check`` draws them from one
+half of that set's split (bench/devsets/commercial/README.md) only, so a splitting rule can be read
+on one half and checked on the other (the tuning half holds three documents: its case files hold
+all three, in a seeded order).
+
+Splitting is scored per agreement (``whole``): an agreement is found whole when one document of
+the split holds all of it and no other agreement; otherwise it is ``cut`` (a boundary falls inside
+it) or ``merged`` (its document also holds another agreement). ``extra`` counts documents found
+that hold no agreement's start beyond the filler at the file's head ("other text" not counted).
+Clauses are scored per labelled agreement with the dev set's rule (bench/devsets/contracts/score.py: a
 finding is correct when half its span lies in the kind's labelled section): correct, wrong,
 missed, false positives on absent kinds, and the share of findings whose citation lies inside
 the agreement it is reported for; and at sentence level (bench/devsets/contracts/operative.json):
@@ -19,6 +30,7 @@ the share of labelled present kinds whose citation is the operative sentence.
 
     python bench/bench_casefile.py                      # 8 case files of 4 agreements
     python bench/bench_casefile.py --files 20 --json out.json
+    python bench/bench_casefile.py --devset commercial --files 20 --half tuning
 """
 
 from __future__ import annotations
@@ -38,10 +50,10 @@ from agentctx.agents import CLAUSE_KINDS  # noqa: E402
 from agentctx.agents.clause_candidates import rules_only  # noqa: E402
 from agentctx.retrieval.documents import document_structure, join_documents, split_documents  # noqa: E402
 from agentctx.retrieval.structure import parse_structure  # noqa: E402
-from bench.bench_review import SCORE, documents  # noqa: E402
+from bench.bench_review import COMMERCIAL, COMMERCIAL_TUNING, SCORE, documents  # noqa: E402
 
 TOTALS = ("correct", "wrong", "miss", "false_positive", "inside", "cited", "op_operative", "op_partial", "op_related",
-          "op_miss")
+          "op_miss", "whole", "cut", "merged", "extra")
 FILLER = ROOT / "bench" / "devsets" / "selection" / "sources" / "gnu-manuals.txt.gz"
 _LEGAL = re.compile(r"licen[cs]e|agreement", re.I)
 
@@ -50,7 +62,7 @@ def build_case_file(rng: random.Random, docs: dict[str, str], filler: str, n: in
                     filler_chars: tuple[int, int]) -> tuple[str, list[tuple[str, int, int]]]:
     """(text, [(doc, start, end)]): ``n`` dev documents, each after a stretch of real filler."""
     text, spans = "", []
-    for name in rng.sample(sorted(docs), n):
+    for name in rng.sample(sorted(docs), min(n, len(docs))):
         while True:
             a = rng.randrange(0, len(filler) - filler_chars[1])
             chunk = filler[a:a + rng.randrange(*filler_chars)]
@@ -75,10 +87,29 @@ def review(text: str, mode: str) -> list[tuple[int | None, str, int, int]]:
     return [(p.index, k, s, e) for p in parts for k, s, e in _findings(document_structure(text, p), CLAUSE_KINDS)]
 
 
+def split_outcomes(parts, spans) -> dict[str, int]:
+    """Per agreement, whether the split found it ``whole`` (one document holds all of it and no other
+    agreement), ``cut`` (a boundary falls inside it) or ``merged`` (with another agreement); and the
+    ``extra`` documents, those holding no agreement's start (a boundary inside filler text)."""
+    out = dict.fromkeys(("whole", "cut", "merged", "extra"), 0)
+    for _, s, e in spans:
+        own = [p for p in parts if p.start < e and s < p.end]
+        if len(own) > 1:
+            out["cut"] += 1
+        elif any(own[0].holds(s2) for _, s2, _ in spans if s2 != s):
+            out["merged"] += 1
+        else:
+            out["whole"] += 1
+    out["extra"] = sum(1 for p in parts if p.reviewed and not any(p.start < e and s < p.end for _, s, e in spans))
+    return out
+
+
 def score_case(text: str, spans, labels: dict, mode: str, operative: dict | None = None) -> dict:
     found = review(text, mode)
     parts = split_documents(text) if mode != "one" else []
     totals = dict.fromkeys(TOTALS, 0)
+    if parts:
+        totals.update(split_outcomes(parts, spans))
     for name, s, e in spans:
         if mode == "one":
             mine = [(k, a, b) for _, k, a, b in found if s <= a < e]
@@ -107,16 +138,31 @@ def main(argv=None) -> int:
     ap.add_argument("--filler", type=int, nargs=2, default=(2000, 30000), metavar=("MIN", "MAX"),
                     help="characters of filler before each agreement")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--devset", choices=("contracts", "commercial"), default="contracts",
+                    help="contracts: the licences + the shared set; commercial: bench/devsets/commercial")
+    ap.add_argument("--half", choices=("all", "tuning", "check"), default="all",
+                    help="draw the agreements from one half of the commercial set's split only")
+    ap.add_argument("--show", action="store_true", help="print each agreement not found whole, and extra documents")
     ap.add_argument("--json", help="write the totals here")
     ap.add_argument("--write", metavar="FILE",
                     help="write the first case file's text here and stop (e.g. --agreements 5 --filler 70000 90000: "
                          "~120K tokens, the main job's long run in RELIABILITY.md)")
     args = ap.parse_args(argv)
-    labels = SCORE.load_labels(SCORE.default_label_dirs(True))
-    docs = {n: p.read_text(encoding="utf-8") for n, p in documents().items() if n in labels}
+    if args.devset == "commercial":
+        labels = SCORE.load_labels([COMMERCIAL])
+        operative = SCORE.load_operative_dirs([COMMERCIAL])
+        paths = {p.stem: p for p in sorted(COMMERCIAL.glob("*.txt"))}
+    else:
+        if args.half != "all":
+            ap.error("--half reads the commercial set's split: use it with --devset commercial")
+        labels = SCORE.load_labels(SCORE.default_label_dirs(True))
+        operative = SCORE.load_operative()
+        paths = documents()
+    docs = {n: p.read_text(encoding="utf-8") for n, p in paths.items() if n in labels}
+    if args.half != "all":
+        docs = {n: t for n, t in docs.items() if (n in COMMERCIAL_TUNING) == (args.half == "tuning")}
     filler = gzip.open(FILLER, "rt", encoding="utf-8").read()
     rng = random.Random(args.seed)
-    operative = SCORE.load_operative()
     out = {m: dict.fromkeys(TOTALS, 0) for m in ("one", "split", "headers")}
     for _ in range(args.files):
         text, spans = build_case_file(rng, docs, filler, args.agreements, tuple(args.filler))
@@ -127,6 +173,8 @@ def main(argv=None) -> int:
         for mode in ("one", "split"):
             for k, v in score_case(text, spans, labels, mode, operative).items():
                 out[mode][k] += v
+        if args.show:
+            _show(text, spans)
         joined = join_documents([(n, docs[n]) for n, _, _ in spans])
         jspans = []
         for n, _, _ in spans:
@@ -134,7 +182,12 @@ def main(argv=None) -> int:
             jspans.append((n, at, at + len(docs[n].strip())))
         for k, v in score_case(joined, jspans, labels, "headers", operative).items():
             out["headers"][k] += v
-    print(f"{args.files} case files x {args.agreements} agreements (seed {args.seed}), rules only")
+    n = min(args.agreements, len(docs))
+    print(f"{args.files} case files x {n} agreements (seed {args.seed}; {args.devset}, {args.half}: "
+          f"{len(docs)} documents), rules only")
+    s = out["split"]
+    print(f"split: {s['whole']} of {s['whole'] + s['cut'] + s['merged']} agreements found whole "
+          f"({s['cut']} cut, {s['merged']} merged), {s['extra']} extra documents in filler")
     print(f"{'mode':8s} {'correct':>8s} {'wrong':>6s} {'miss':>5s} {'fp':>4s} {'recall':>7s} {'inside':>7s} "
           f"{'operative':>10s}")
     for mode, t in out.items():
@@ -148,6 +201,18 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "totals": out}, indent=1))
     return 0
+
+
+def _show(text: str, spans) -> None:
+    parts = split_documents(text)
+    for name, s, e in spans:
+        own = [p for p in parts if p.start < e and s < p.end]
+        if len(own) == 1 and not any(own[0].holds(s2) for _, s2, _ in spans if s2 != s):
+            continue
+        print(f"  {name} [{s}, {e}): " + "; ".join(f"{p.how} {p.name!r} [{p.start}, {p.end})" for p in own))
+    for p in parts:
+        if p.reviewed and not any(p.start < e and s < p.end for _, s, e in spans):
+            print(f"  extra {p.name!r} [{p.start}, {p.end}): {text[p.start:p.start + 80]!r}")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,14 @@ of evidence, both plain text:
   ... between"), at the start of a paragraph, with the title lines just above it ("CLOUD SERVICE
   AGREEMENT"). A second opening after the first starts a new document when the text between
   them holds a close (a signature block, "IN WITNESS WHEREOF") or is long enough to be a whole
-  agreement, so a recital that restates the parties does not split an agreement in two.
+  agreement, so a recital that restates the parties does not split an agreement in two. Also a
+  Markdown or HTML title ("# Widget Hosting Agreement", "<h1>Account Agreement</h1>") whose
+  numbering ("**1.**", "### 1.") starts again, and an untitled click-through paragraph ("PLEASE READ
+  THESE TERMS ... BY CLICKING ... YOU ACCEPT ... THIS EVALUATION AGREEMENT") with numbering after it.
 
-Exhibits and schedules stay with the agreement they follow unless they open with a preamble
-of their own. A text with no evidence of several documents is one document. Everything is a
-character span of the original text; the spans tile the text.
+Exhibits and schedules stay with the agreement they follow when it names them ("Exhibit B")
+unless they open with a preamble of their own. A text with no evidence of several documents is
+one document. Everything is a character span of the original text; the spans tile the text.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 
-from .sentences import blocks
+from .sentences import blocks, html_visible
 from .structure import DocumentStructure, parse_structure, structure_of
 
 __all__ = ["DocumentPart", "split_documents", "join_documents", "document_header", "documents_of",
@@ -41,14 +44,23 @@ _INSTRUMENT = (r"(?:agreement|contract|amendment|addendum|terms|license|licence|
 _OPENING = re.compile(
     rf"^\W{{0,3}}(?:this|the)\s+(?:[\w&'\u2019,.-]+\s+){{0,12}}?{_INSTRUMENT}\b(?:\s+No\.\s*\d+)?[^.;]{{0,300}}?"
     r"\b(?:is|are|was|has\s+been)\s+(?:hereby\s+)?(?:(?:made|entered\s+into|executed|concluded|dated)\b"
-    r"[^.;]{0,300}?)?\b(?:by\s+and\s+)?between\b", re.I)
+    r"[^.;]{0,300}?)?\b(?:by\s+and\s+)?(?:between|among(?:st)?)\b", re.I)
+# The same sentence with its parties set out in the next block ("This Agreement is dated 1 May 2025" over
+# "BETWEEN:" or "PARTIES", English drafting; "... is entered into as of DATE" over "BY AND AMONG:").
+_OPENING_DATED = re.compile(
+    rf"^\W{{0,3}}(?:this|the)\s+(?:[\w&'\u2019,.-]+\s+){{0,12}}?{_INSTRUMENT}\b(?:\s+No\.\s*\d+)?[^.;]{{0,300}}?"
+    r"\b(?:is|are|was|has\s+been)\s+(?:hereby\s+)?(?:made|entered\s+into|executed|concluded|dated)\b[^;]{0,200}$",
+    re.I)
+_PARTIES_NEXT = re.compile(r"^\W{0,3}(?:(?:by\s+and\s+)?(?:between|among(?:st)?)\b|parties\b)", re.I)
 # A title line that names an instrument ("Cloud Service Agreement", "SOFTWARE LICENSE AGREEMENT
 # (Version 2)", "Amendment No. 1 to the Master Services Agreement", "Standard Terms"): unnumbered,
 # the instrument's word among its last words. Alone it may be an unnumbered heading inside an
 # agreement ("Payment Terms"), so it starts a document only when the numbering restarts after it.
 _TITLE_INSTRUMENT = (r"(?:agreement|contract|amendment|addendum|license|licence|lease|deed|memorandum\s+of\s+"
                      r"understanding|order\s+form|statement\s+of\s+work|(?:standard|general|master|platform|cloud|"
-                     r"online|services?|user)\s+terms|terms\s+(?:and\s+conditions|of\s+(?:service|use)))")
+                     r"online|services?|user|use|website|subscription)\s+terms|terms\s+(?:and\s+conditions|"
+                     r"of\s+(?:service|use|sale|business|engagement))|(?:convertible\s+)?promissory\s+note|"
+                     r"convertible\s+note)")
 # The instrument's word ends the title, or is followed only by a version, a parenthetical or a
 # "for ..." / "to ..." / "- ..." tail: "License Agreement for NVIDIA SDKs", "Public License v. 1.2";
 # not "License Grant", a section heading.
@@ -56,8 +68,10 @@ _TITLE = re.compile(rf"^[^\w\n]{{0,3}}(?:1\.[ \t]+)?(?![\d(]|end\b|(?:article|se
                     rf"(?:[\w&'\u2019\u201c\u201d\x22,.-]+\s+){{0,10}}?{_TITLE_INSTRUMENT}"
                     r"(?:\s*(?:v\.?|version)\s*[\d.]+|\s*\([^)]{0,60}\)|\s+(?:for|to|of|between)\s+.{0,80}|"
                     r"\s*[-\u2013\u2014:]\s+.{0,80})?\W*$", re.I)
-_NUMBERED = re.compile(r"(?m)^[ \t]*(?:(?:ARTICLE|Article|SECTION|Section|CLAUSE|Clause)\s+)?(?P<n>\d+|[IVX]+)"
-                       r"(?:\.\d+)*[.):]?[ \t]+\S")
+# Markdown marks before the number count as layout: "### 1. Term", "**1.\tThe Agreement**.".
+_NUMBERED = re.compile(r"(?m)^[ \t]*(?:\#{1,6}[ \t]+)?[*_]{0,3}"
+                       r"(?:(?:ARTICLE|Article|SECTION|Section|CLAUSE|Clause)\s+)?(?P<n>\d+|[IVX]+)"
+                       r"(?:\.\d+)*[.):]?[*_]{0,3}[ \t]+\S")
 _RESTART_WINDOW = 4000  # the first numbered line after a title, looked for this far
 # How an instrument's own text begins: it names itself ("This Agreement is ...", "This European Union
 # Public Licence applies ..."), states how it is accepted ("By downloading ..."), or opens a preamble.
@@ -66,6 +80,15 @@ _SELF_START = re.compile(r"^\W{0,3}(?:(?:this|these)\s+(?:[\w'\u2019-]+\s+){0,8}
                          r"clicking|signing|executing)\b|preamble\b|version\s+\d|(?:important\s+)?notice\b|(?:please\s+)?read\s+"
                          r"(?:this|the\s+following|carefully|before)\b)", re.I)
 _SELF_WINDOW = 1500
+# An untitled click-through opening: a paragraph that tells the reader how the instrument is accepted
+# ("PLEASE READ THESE TERMS CAREFULLY ... BY CLICKING "I AGREE" ... YOU ACCEPT ... THIS EVALUATION
+# AGREEMENT"), in its first sentences, naming the instrument. Terms of service restate acceptance in
+# their body too, so it opens a document only when the numbering starts again at 1 after it.
+_ACCEPTANCE = re.compile(r"\b(?:please\s+read\s+(?:(?:this|these|the\s+following)\b|carefully\b)|by\s+(?:clicking|"
+                         r"accessing|using|downloading|installing|signing\s+up|registering|checking)\b[^.]{0,200}?"
+                         r"\byou\s+(?:(?:hereby|expressly)\s+)?(?:accept|agree|consent)\b)", re.I)
+_ACCEPTANCE_NAMES = re.compile(rf"\b(?:this|these)\s+(?:[\w'\u2019-]+\s+){{0,4}}?{_INSTRUMENT}\b", re.I)
+_ACCEPTANCE_CHARS = 400  # the acceptance sentence begins this close to the paragraph's start
 _SIGNATURE = re.compile(r"^\s*(?:By|Name|Title|Date|Its|Signature|Signed)\s*:", re.I)
 _CLOSE = re.compile(r"\bIN\s+WITNESS\s+WHEREOF\b|\bEND\s+OF\s+TERMS\s+AND\s+CONDITIONS\b"
                     r"|^\s*(?:By|Signature|Signed)\s*:\s*_{3,}|^\s*By\s*:\s*$"
@@ -75,6 +98,10 @@ _TITLE_WORDS = re.compile(rf"\b{_INSTRUMENT}\b|\bexhibit\b|\bschedule\b|\bannex\
 # alone may be a restated preamble; a title confirmed by what follows it is stronger evidence.
 MIN_DOCUMENT_CHARS = 6000
 MIN_TITLED_CHARS = 200
+# An attachment's label on a title line ("EXHIBIT B", "Schedule 2 - Order Form", "Annex I"); not an SEC
+# filing's exhibit number ("Exhibit 10.1"), which heads an agreement filed whole.
+_ATTACHMENT = re.compile(r"(?im)^[^\w\n]{0,6}(?:exhibit|schedule|annex|appendix|attachment)\s+(?:[A-Z]|\d+|[IVXL]+)\b"
+                         r"(?!\.\d)")
 _TITLE_LOOKBACK = 3  # title blocks above an opening that belong to its document
 _TITLE_GAP = 600  # characters between a title block and the opening
 
@@ -143,7 +170,7 @@ def _title_of(text: str, bl, k: int) -> tuple[int, str]:
     just above it (at most ``_TITLE_LOOKBACK``, no more than ``_TITLE_GAP`` apart), or block ``k``
     itself when it is the title line. A title numbered 1 ("1. License Agreement for NVIDIA SDKs")
     is where the document begins: nothing above it is looked at."""
-    own = " ".join(text[bl[k].start:bl[k].end].split())
+    own = " ".join(html_visible(text[bl[k].start:bl[k].end]).split())
     title_line = bl[k].heading or _is_title(text, bl, k)
     start, at = bl[k].start, bl[k].start
     names = [own] if title_line else []
@@ -154,7 +181,7 @@ def _title_of(text: str, bl, k: int) -> tuple[int, str]:
         if not b.heading or at - b.end > _TITLE_GAP or _SIGNATURE.match(text[b.start:b.end]):
             break
         start, at = b.start, b.start
-        names.append(" ".join(text[b.start:b.end].split()))
+        names.append(" ".join(html_visible(text[b.start:b.end]).split()))
     in_order = names[::-1]
     named = [n for n in in_order if _TITLE_WORDS.search(n)]
     if named:
@@ -164,9 +191,15 @@ def _title_of(text: str, bl, k: int) -> tuple[int, str]:
             # "GUROBI OPTIMIZATION, LLC" over "END-USER LICENSE AGREEMENT": whose agreement it is, so
             # that several end-user licences of one case file are told apart.
             name = f"{above[-1].rstrip(' ,.')} {name}"
-        return start, _named_in_text(name, text, bl[k].end)[:120]
-    m = re.search(rf"(?:this|the)\s+((?:[\w&'-]+\s+){{0,8}}?{_INSTRUMENT})\b", own, re.I)
+        return start, _named_in_text(_MARKUP.sub("", name).strip(), text, bl[k].end)[:120]
+    # The instrument the opening names: "this Evaluation Agreement" before "the terms" it mentions.
+    m = (re.search(rf"\bthis\s+((?:[\w&'-]+\s+){{0,8}}?{_INSTRUMENT})\b", own, re.I)
+         or re.search(rf"(?:this|the)\s+((?:[\w&'-]+\s+){{0,8}}?{_INSTRUMENT})\b", own, re.I))
     return start, (m.group(1) if m else "document")[:120]
+
+
+# Markdown marks around a title line ("# Basecamp Terms of Service", "**MASTER AGREEMENT**"): layout, not name.
+_MARKUP = re.compile(r"^\#{1,6}[ \t]+|(?<!\w)[*_]{1,3}|[*_]{1,3}(?!\w)|[ \t]+\#+$")
 
 
 # A line that names an organisation: a heading of it above a title says whose agreement it is.
@@ -217,7 +250,21 @@ def _opens(text: str, bl, k: int) -> bool:
     b = bl[k]
     if not b.heading and _OPENING.match(text[b.start:min(b.end, b.start + 900)]):
         return True
-    return _is_title(text, bl, k)
+    if (not b.heading and k + 1 < len(bl) and _OPENING_DATED.match(text[b.start:min(b.end, b.start + 600)])
+            and _PARTIES_NEXT.match(text[bl[k + 1].start:bl[k + 1].end])):
+        return True  # "This Agreement is dated ..." with "BETWEEN:" / "PARTIES" below it
+    return _is_title(text, bl, k) or _is_acceptance(text, bl, k)
+
+
+def _is_acceptance(text: str, bl, k: int) -> bool:
+    """Whether block ``k`` is an untitled click-through opening (see ``_ACCEPTANCE``) that the
+    numbering restarting at 1 after it confirms."""
+    b = bl[k]
+    if b.heading or _NUMBERED.match(text, b.start):
+        return False  # a clause of an agreement ("2. Acceptance. By using ..."), not its opening
+    head = text[b.start:min(b.end, b.start + _ACCEPTANCE_CHARS)]
+    return (_ACCEPTANCE.search(head) is not None and _ACCEPTANCE_NAMES.search(text, b.start, b.end) is not None
+            and _restarts_numbering(text, b.end))
 
 
 def _is_title(text: str, bl, k: int) -> bool:
@@ -225,9 +272,10 @@ def _is_title(text: str, bl, k: int) -> bool:
     b = bl[k]
     if not b.heading and ("\n" in text[b.start:b.end] or b.end - b.start > 90):
         return False  # a paragraph, not a title line
-    if k + 1 < len(bl) and bl[k + 1].heading and _TITLE.match(" ".join(text[bl[k + 1].start:bl[k + 1].end].split())):
+    nxt = bl[k + 1] if k + 1 < len(bl) else None
+    if nxt is not None and nxt.heading and _TITLE.match(" ".join(html_visible(text[nxt.start:nxt.end]).split())):
         return False  # the next line is the title proper ("GUROBI OPTIMIZATION, LLC" over "END-USER LICENSE ...")
-    line = " ".join(text[b.start:b.end].split())
+    line = " ".join(html_visible(text[b.start:b.end]).split())  # "<h1>Account Agreement</h1>": its visible text
     if line.lower().strip(" .:") == "terms and conditions":
         return False  # the heading of a licence's operative part (GPL), not a title
     if line[:1].isdigit() and (len(line.split()) < 4 or line.endswith(".")):
@@ -244,6 +292,11 @@ def split_documents(text: str) -> list[DocumentPart]:
     starts: list[tuple[int, str]] = []
     for k in openings:
         start, name = _title_of(text, bl, k)
+        label_at = start  # an attachment's label may sit on the short line right above the title, not a heading
+        if k and bl[k - 1].end - bl[k - 1].start <= 80 and bl[k].start - bl[k - 1].end <= _TITLE_GAP:
+            label_at = min(start, bl[k - 1].start)
+        if starts and _attached(text, starts[-1][0], label_at, bl[k].end) and not _OPENING.match(text, bl[k].start):
+            continue  # "EXHIBIT B / STATEMENT OF WORK": part of the agreement before it (a preamble would open one)
         if starts:
             between = text[starts[-1][0]:start]
             titled = start < bl[k].start or _is_title(text, bl, k)
@@ -261,6 +314,18 @@ def split_documents(text: str) -> list[DocumentPart]:
     for i, (s, name) in enumerate(starts):
         spans.append((s, starts[i + 1][0] if i + 1 < len(starts) else len(text), name, "opening"))
     return [DocumentPart(i, name, s, e, how) for i, (s, e, name, how) in enumerate(spans)]
+
+
+def _attached(text: str, previous: int, start: int, end: int) -> bool:
+    """Whether the title lines ``text[start:end]`` carry an attachment's label that the document
+    beginning at ``previous`` names ("the Services described in Exhibit B"): an exhibit of that
+    agreement, not a new document. A licence filed as "EXHIBIT 1" that nothing before names is one."""
+    label = _ATTACHMENT.search(text, start, end)
+    if label is None:
+        return False
+    word, ident = label.group(0).split()[-2:]
+    word = re.sub(r"^\W+", "", word)
+    return re.search(rf"\b{word}\s+{re.escape(ident)}\b", text[previous:start], re.I) is not None
 
 
 def _legal_block(text: str, bl, start: int, end: int) -> bool:

@@ -13,7 +13,8 @@ Rules (name: kind, what fires it, severity):
 * ``liability_carve_out`` (liability_cap): the cap "does not apply to", "except for" ...
   indemnities, confidentiality, IP infringement, data: high; only death, personal injury,
   fraud, gross negligence or wilful misconduct (carve-outs the law usually requires): low.
-  Read from what is excepted, not from the whole sentence.
+  Read from what is excepted, not from the whole sentence ("nothing limits the liability of
+  either party for:" with the list items that follow it).
 * ``no_liability_cap`` (document): no limitation-of-liability clause found: medium.
 * ``one_sided_indemnity`` (indemnity): only one side indemnifies: high when it is the
   customer/licensee/sponsor side (or indemnifies "us", or is the first-person signer: "I
@@ -74,12 +75,14 @@ _UNLIMITED = re.compile(r"\bunlimited\s+liability\b|"
                         r"\bliability\b[^.;]{0,60}\b(?:is|shall\s+be|will\s+be)\s+unlimited\b|"
                         r"\bwithout\s+(?:any\s+)?limit(?:ation)?\s+(?:of|on|as\s+to)\s+(?:its\s+|their\s+)?liability\b",
                         re.I)
+# "the liability of either party for", "liability to the Customer for": whose liability, before what for.
+_WHOSE = r"(?:\s+(?:of|to)\s+[^.;:]{1,40}?)?"
 _CARVE = re.compile(r"\b(?:cap|limitations?|limits?|exclusions?)\b[^.;]{0,80}\b(?:does|do|shall|will)\s+not\s+apply\b|"
                     r"\b(?:except|excluding|other\s+than|save)\s+(?:for\s+|in\s+(?:the\s+)?cases?\s+of\s+)?"
                     r"[^.;]{0,120}\b(?:indemnit|confidential|infring|gross\s+negligence|wil(?:l)?ful|fraud|death|"
                     r"personal\s+injury|data)|"
                     r"\b(?:neither\s+party\s+|nothing\b[^.;]{0,60}\b)(?:excludes?|limits?)\b"
-                    r"[^.;]{0,40}\bliability\s+for\b", re.I)
+                    r"[^.;]{0,40}\bliability" + _WHOSE + r"\s+for\b", re.I)
 _BIG_EXPOSURE = re.compile(r"\bindemnit|\bconfidential|\binfring|\bdata\b|\bintellectual\s+property\b", re.I)
 
 
@@ -115,15 +118,16 @@ def _excepted(sent: str) -> str:
         rest = sent[m.end():]
         cut = _MAIN_CLAUSE.search(rest)
         return rest[:cut.start()] if cut else rest
-    m = re.search(r"\bliability\s+for\b", sent, re.I)
+    m = re.search(r"\bliability" + _WHOSE + r"\s+for\b", sent, re.I)
     return sent[m.end():] if m else sent
 
 
-def _carve_out(s: int, e: int, sent: str, after: str = "") -> RuleHit:
+def _carve_out(s: int, e: int, sent: str, after: str = "", items: str = "") -> RuleHit:
     """A sentence that excepts claims from a limitation: what is excepted, from what, how serious.
-    ``after``: the sentences that follow it in the clause (where a class it names gets a cap of its own)."""
-    waiver_only = bool(_WAIVER.search(sent)) and not _CAP_AMOUNT.search(sent)
-    part = _excepted(sent)
+    ``after``: the sentences that follow it in the clause (where a class it names gets a cap of its own);
+    ``items``: the list the sentence introduces ("... the liability of either party for:"), read as excepted."""
+    waiver_only = bool(_WAIVER.search(sent + " " + items)) and not _CAP_AMOUNT.search(sent + " " + items)
+    part = (_excepted(sent) + " " + items).strip()
     big = _BIG_EXPOSURE.search(part)
     terms = list(dict.fromkeys(t.strip() for t in _DEFINED_TERM.findall(part))) if _NOT_APPLY.search(sent) else []
     usual = [name for name, pat in _USUAL_NAMES if re.search(pat, part, re.I)]
@@ -174,6 +178,20 @@ def _carve_out(s: int, e: int, sent: str, after: str = "") -> RuleHit:
                    "Cap the carved-out claims too, or put a separate, higher cap on them.", {"from": "cap"})
 
 
+def _list_items(sent: str, following) -> list:
+    """The items a lead-in ending in a colon introduces, when the sections give each its own sentence:
+    the following sentences up to the first that does not end as an item that goes on (";", ", and",
+    "; or")."""
+    if not sent.rstrip().endswith(":"):
+        return []
+    items = []
+    for item in following[:8]:
+        items.append(item)
+        if not re.search(r"(?:[;,:]|\b(?:and|or))\s*$", item[2].rstrip()):
+            break
+    return items
+
+
 def _liability(text: str, spans) -> list[RuleHit]:
     hits = []
     sents = sentences(text, spans)
@@ -185,7 +203,12 @@ def _liability(text: str, spans) -> list[RuleHit]:
                                 "twelve months before the claim."))
         elif (_CARVE.search(sent) or _DEFINED_CARVE.search(sent)) and re.search(r"\bliab|\bcap\b|\bdamages\b|"
                                                                              r"\blimitation", sent, re.I):
-            hits.append(_carve_out(s, e, sent, " ".join(x for _, _, x in sents[i + 1:i + 3])))
+            # "Nothing ... limits the liability of either party for:" with each claim an item of its own:
+            # what is excepted is in the items, and the evidence runs to the last of them.
+            items = _list_items(sent, sents[i + 1:])
+            j = i + 1 + len(items)
+            hits.append(_carve_out(s, items[-1][1] if items else e, sent,
+                                   " ".join(x for _, _, x in sents[j:j + 2]), " ".join(x for _, _, x in items)))
     return hits
 
 
@@ -198,9 +221,11 @@ def no_liability_cap(searched: str = "") -> RuleHit:
 
 
 # ---------------------------------------------------------------- indemnity
+# The promise may carry an aside before its object ("agrees, at its own expense, to indemnify"): missing
+# it would hide a second indemnifier and report the other side's indemnity as the only one.
 _INDEMNIFIER = re.compile(
     r"(?P<who>\b(?:each|either)\s+party\b|\bthe\s+parties\b|\b(?:[A-Z][\w&.'\u2019-]*\s+){0,3}[A-Z][\w&.'\u2019-]*|\byou\b)"
-    r"\s+(?:shall|will|must|agrees?\s+to|hereby\s+agrees?\s+to|undertakes?\s+to)\s+(?:\w+\s+){0,3}?"
+    r"\s+(?:shall|will|must|(?:hereby\s+)?(?:agrees?|undertakes?)(?:,[^,.;]{1,40},)?\s+to)\s+(?:\w+\s+){0,3}?"
     r"(?:indemnify|defend|hold\s+harmless)")
 
 

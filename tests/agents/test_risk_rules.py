@@ -287,3 +287,36 @@ def test_arbitration_seat_is_not_called_courts():
     h, _ = _one("governing_law", "This Agreement is governed by the laws of the State of Ohio.",
                 "Disputes are resolved by an arbitral tribunal in Geneva under the ICC Rules.")
     assert h.severity == "medium" and "disputes go to arbitration in Geneva" in h.rationale
+
+
+def test_indemnity_promised_after_an_aside_counts_as_given():
+    # "agrees, at its own cost, to indemnify": the aside between the promise and its object does not
+    # hide the second indemnifier, so the indemnities are not one-sided.
+    _, hits = _hits("indemnity", "Reseller shall indemnify Maker against claims arising from its sales.",
+                    "Maker agrees, at its sole cost, to indemnify and defend Reseller against patent claims.")
+    assert hits == []
+    h, _ = _one("indemnity", "The Vendor undertakes, on demand, to indemnify the Buyer against tax claims.")
+    assert h.facts["indemnifier"].lower() == "vendor" and h.severity == "medium"
+
+
+def test_carve_out_naming_whose_liability_it_keeps():
+    # "excludes or limits the liability of either party for": the carve-out names the party before "for".
+    h, ev = _one("liability_cap", "Nothing in these terms limits the liability of either party for: (a) fraud; "
+                                  "(b) breach of its confidentiality duties; and (c) its indemnities.")
+    assert h.rule == "liability_carve_out" and h.severity == "high" and ev.startswith("Nothing in these terms")
+    h, _ = _one("liability_cap", "Nothing in this contract excludes the liability of the Seller for death or "
+                                 "personal injury caused by its negligence.")
+    assert h.severity == "low" and "death, personal injury" in h.rationale
+
+
+def test_carve_out_read_from_the_list_its_lead_in_introduces():
+    # the claims are items of their own after "... for:": read them, and cite the lead-in with its list
+    h, ev = _one("liability_cap", "Nothing in this Agreement limits the liability of the Host or the Members for:",
+                 "1. death or personal injury caused by negligence;", "2. fraud; and",
+                 "3. any matter the law does not allow to be limited.",
+                 "The Host's total liability is limited to the fees received.")
+    assert h.severity == "low" and "death, personal injury, fraud" in h.rationale
+    assert ev.startswith("Nothing in this") and ev.endswith("allow to be limited.")
+    h, _ = _one("liability_cap", "The cap above does not apply to:", "(a) either party's indemnities; and",
+                "(b) breach of clause 7 (Confidentiality).")
+    assert h.severity == "high"

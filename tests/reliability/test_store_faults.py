@@ -38,8 +38,17 @@ def a(stack):
 
 
 def _q(client, cid, n=6):
-    return client.post(f"/v1/contexts/{cid}/query",
-                       json={"question": "What is the payment term?", "max_new_tokens": n, "stop": []})
+    """A query, asked again while its context is being restored (503 ``context_restoring`` +
+    Retry-After, when the rebuild outlasts ``serve.restore_wait_s``, as on a loaded box), as a
+    client following Retry-After does."""
+    deadline = time.monotonic() + 120
+    while True:
+        r = client.post(f"/v1/contexts/{cid}/query",
+                        json={"question": "What is the payment term?", "max_new_tokens": n, "stop": []})
+        restoring = r.status_code == 503 and r.json().get("error", {}).get("code") == "context_restoring"
+        if not restoring or time.monotonic() > deadline:
+            return r
+        time.sleep(float(r.headers.get("retry-after", 1)))
 
 
 def test_redis_killed_and_restarted_under_writes(stack, a, redis):
