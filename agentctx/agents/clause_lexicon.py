@@ -31,7 +31,8 @@ __all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "TO_BE_PAID", "
            "PARTY_MAY_TERMINATE", "MAY_END", "PASSIVE_NONDISCLOSURE", "NOT_MODAL",
            "CONSENT", "PAY_SCHEDULE", "TO_RECEIVE_PAY", "MAKE_PAYMENT", "ASSIGN_CONDITION", "PROMISE_TO_PAY_SIDES",
            "MAY_BE_TRANSFERRED_ONLY", "DURATION_UNTIL_TERMINATED", "NET_TERMS", "DUE_ON_DELIVERY",
-           "COST_OF_REPAIR", "normalize", "title_matches", "body_evidence",
+           "COST_OF_REPAIR", "PAID_BY_WHEN", "CARRIAGE_COSTS", "OWN_COSTS", "PURCHASE_AT_PRICE", "EXCUSED_EVENT",
+           "normalize", "title_matches", "body_evidence",
            "legal_voice"]
 
 
@@ -119,6 +120,31 @@ DUE_ON_DELIVERY = r"\b(?:due|payable|paid|cash)\s+(?:in\s+full\s+)?(?:up)?on\s+(
 COST_OF_REPAIR = (r"\b(?:pay|bear)\s+(?:all\s+|any\s+)?(?:the\s+)?(?:charges|costs|expenses)\s+"
                   r"(?:associated\s+with|of|for)\s+"
                   r"(?:\w+\s+){0,2}(?:replacements?|repairs?|returns?|shipping|transportation|carriage)\b")
+# Instalments stated in the passive voice with the time they fall due: "50% of the order cost must be paid on
+# placement of the order", "the balance shall be paid prior to shipment". Not "shall be paid by the Buyer" (who
+# bears a cost, see CARRIAGE_COSTS).
+PAID_BY_WHEN = (r"\b(?:shall|will|must|is\s+to|are\s+to)\s+be\s+paid\s+(?:in\s+full\s+|in\s+advance\s+)?"
+                r"(?:(?:up)?on|prior\s+to|before|at|no\s+later\s+than)\b")
+# Carriage costs a side bears ("The Buyer agrees to pay freight, insurance and any related expenses", "all shipping
+# costs shall be paid by the Buyer"): the allocation of costs, not the duty to pay the price.
+CARRIAGE_COSTS = (r"\b(?:pay|bear)\s+(?:all\s+|any\s+|the\s+)?"
+                  r"(?:freight|shipping|carriage|transport(?:ation)?|postage)\b"
+                  r"|\b(?:freight|shipping|carriage|transport(?:ation)?)\b[^.;]{0,60}\b(?:costs?|charges?|expenses?)\s+"
+                  r"(?:shall|will|must)\s+be\s+(?:paid|borne)\s+by\b")
+# Each side bearing its own costs ("Each party will pay all costs and expenses that it incurs in negotiating this
+# Agreement"): no duty to pay the other side.
+OWN_COSTS = (r"\beach\s+(?:party|of\s+the\s+parties)\s+(?:shall|will|must|agrees\s+to)\s+(?:pay|bear)\s+(?:all\s+)?"
+             r"(?:of\s+)?(?:(?:its|their|the)\s+)?(?:own\s+)?(?:[\w-]+\s+){0,2}(?:costs|expenses)\b")
+# The price of a sale, the buyer's duty to pay: "agrees to purchase ... at a price of $0.01 per share", "each
+# Investor will purchase at the Closing ... at a purchase price per share equal to the Purchase Price".
+PURCHASE_AT_PRICE = (r"\b(?:agrees?\s+to|will|shall)\s+(?:purchase|buy)\b[^.;]{0,300}?"
+                     r"\b(?:at\s+a\s+price|(?:aggregate\s+)?purchase\s+price)\b")
+# An excuse for events beyond a side's control ("Neither party is liable for a breach when the breach is a result of
+# flood ..."): force majeure, no limit on liability.
+EXCUSED_EVENT = (r"\bforce\s+majeure\b|\bbeyond\s+(?:the\s+|its\s+|their\s+|either\s+party's\s+)?(?:reasonable\s+)?"
+                 r"control\b|\bliable\b[^.;]{0,120}\b(?:when|where|if|to\s+the\s+extent)\s+(?:the\s+|such\s+|any\s+)?"
+                 r"(?:breach|failure|delay|non-?performance)\b[^.;]{0,40}?\b(?:(?:as\s+)?a\s+result\s+of|caused\s+by|"
+                 r"due\s+to|attributable\s+to)\b")
 # A limit on what one side must refund or repay ("any amount to be refunded will not exceed the damages
 # recovered") is no cap on liability when the sentence names no liability.
 REFUND_LIMIT = r"^(?!.*\bliab).*\b(?:to\s+be|is|are|be)\s+(?:refunded|repaid|reimbursed)\b"
@@ -210,7 +236,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\bcharges?\b[^.;]{0,60}\b(?:based\s+on|invoice|payable|apply)\b",
             r"\bpurchases?\b[^.;]{0,40}\blicen[cs]e\b",
             # the price of a sale ("agrees to purchase ... at a price of $0.01 per share"): the buyer's duty to pay
-            r"\bagrees?\s+to\s+(?:purchase|buy)\b[^.;]{0,200}\b(?:at\s+a\s+price|(?:aggregate\s+)?purchase\s+price)\b",
+            PURCHASE_AT_PRICE,
             r"\blate\s+payments?\b",
             # "keep using the service by paying in advance", "billed in advance": when payment falls due
             r"\b(?:pay(?:s|ing|able)?|paid|billed|charged)\s+(?:\w+\s+){0,2}in\s+advance\b",
@@ -225,6 +251,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             TO_RECEIVE_PAY,  # "I will receive ... remuneration as listed below": the payee's side again
             MAKE_PAYMENT,  # "shall make a contribution ... in the amount shown in Exhibit A"
             NET_TERMS,  # "Terms are net cash upon delivery": a sale's payment terms
+            PAID_BY_WHEN,  # "50% of the order cost must be paid on placement of the order": instalments
         ),
         weak=_rx(r"\bfees?\b", r"\bprice\b", r"\bcharges?\b", r"\btax(?:es)?\b", r"\brefund\b"),
         negative=_rx(r"\broyalty[- ]free\b", r"\bfree\s+of\s+charge\b", r"\bno[- ]charge\b",
@@ -238,7 +265,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
                      # the duty denied: "Customer will have no obligation to pay any fees that Provider invoices
                      # more than 120 days after ...", "is not under any obligation to make any payment"
                      r"\b(?:no|not\s+(?:\w+\s+){0,2}any)\s+(?:obligation|duty|liability|requirement)\s+to\s+"
-                     r"(?:pay|make\s+(?:any\s+)?payments?)\b"),
+                     r"(?:pay|make\s+(?:any\s+)?payments?)\b",
+                     OWN_COSTS, CARRIAGE_COSTS),
         title_negative=_rx(r"\binsurance\b", r"\bdefinitions?\b"),
     ),
     KindLexicon(
@@ -293,8 +321,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
         ),
         weak=_rx(r"\bliab(?:le|ility)\b", r"\bdamages\b"),
         negative=_rx(r"\btake\s+reasonable\s+steps\s+to\s+(?:reduce|mitigate)\b", r"\binsurance\b",
-                     r"\bindemnif", REFUND_LIMIT),
-        title_negative=_rx(r"\binsurance\b"),
+                     r"\bindemnif", REFUND_LIMIT, EXCUSED_EVENT),
+        title_negative=_rx(r"\binsurance\b", r"\bforce\s+majeure\b"),
     ),
     KindLexicon(
         "indemnity",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from .clause_lexicon import (
     ASSIGN_CONDITION,
+    CARRIAGE_COSTS,
     CONSENT,
     COST_OF_REPAIR,
     DUE_ON_DELIVERY,
@@ -40,9 +41,12 @@ from .clause_lexicon import (
     MAY_END,
     NET_TERMS,
     NOT_MODAL,
+    OWN_COSTS,
+    PAID_BY_WHEN,
     PARTY_MAY_TERMINATE,
     PASSIVE_NONDISCLOSURE,
     PAY_SCHEDULE,
+    PURCHASE_AT_PRICE,
     TO_BE_PAID,
     TO_RECEIVE_PAY,
 )
@@ -115,7 +119,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\b(?:purchases?|buys?)\b[^.;]{0,40}\blicen[cs]es?\b",
             # the price of a sale: "agrees to purchase ... at a price of $0.01 per share, for an aggregate
             # purchase price of ..." (stock, asset and supply agreements state the duty to pay this way)
-            r"\bagrees?\s+to\s+(?:purchase|buy)\b[^.;]{0,200}\b(?:at\s+a\s+price|(?:aggregate\s+)?purchase\s+price)\b",
+            PURCHASE_AT_PRICE,
             FEE_TAKEN,  # the fee kept out of the money handled: how a sponsor or an agent is paid
             PAY_SCHEDULE,  # "we agree to stick to the following payment schedule"
             TO_BE_PAID,  # "You shall be paid a gross annual salary of ...", the payee's side of the duty
@@ -123,6 +127,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             MAKE_PAYMENT,  # "shall make a contribution (payment) ...": making a payment is paying
             NET_TERMS,  # "Terms are net cash upon delivery", "net 30 days": the trade terms of a sale
             DUE_ON_DELIVERY,  # "payable upon delivery", "cash upon delivery": when the price falls due
+            PAID_BY_WHEN,  # "the balance must be paid prior to shipment": an instalment and when it falls due
             # the basis of the duty by its amount: "... in the amount shown in Exhibit A", "in the amount of $5,000"
             r"\bin\s+the\s+(?:total\s+|aggregate\s+)?amount\s+(?:of|shown|set\s+(?:out|forth)|specified|stated|"
             r"indicated|listed)\b",
@@ -140,6 +145,8 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             # cash paid instead of a fractional share on a conversion is a mechanic of the conversion, not the duty
             r"\bin\s+lieu\s+of\s+(?:any\s+|issuing\s+|the\s+)?fractional\b",
             COST_OF_REPAIR,  # "agrees to pay all charges associated with each such replacement": costs borne
+            CARRIAGE_COSTS,  # "agrees to pay freight, insurance and any related expenses": carriage costs borne
+            OWN_COSTS,  # "each party will pay the costs it incurs": each side bears its own
         ),
         # the interest a loan bears on its principal is part of what is owed ("promises to pay the principal with
         # interest on the unpaid principal at 6% per annum"), not interest on late payments

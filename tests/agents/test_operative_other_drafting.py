@@ -574,3 +574,43 @@ def test_net_terms_are_payment_language_and_net_of_taxes_is_not():
     assert operative_adjustment("payment", "invoices are payable net thirty (30) days after receipt.")[0] > 0
     assert operative_adjustment("payment", "amounts are payable upon delivery of the goods.")[0] > 0
     assert operative_adjustment("payment", "the revenue is reported net of taxes.")[0] <= 0
+
+
+def test_instalments_that_must_be_paid_by_a_time_are_the_duty_to_pay_not_the_cost_of_freight():
+    """A supply agreement states its payment terms as instalments in the passive voice ("40% of the order price must
+    be paid when the order is placed"); the buyer's duty to pay freight and insurance is the allocation of carriage
+    costs (before, the freight sentence was cited: "must be paid on ..." matched no payment pattern)."""
+    text = ("4. DELIVERY AND PAYMENT\n\n"
+            "4.1 Delivery. Goods are delivered ex works. The Buyer agrees to pay freight, insurance and any related "
+            "expenses.\n\n"
+            "4.2 Payment terms. Unless agreed otherwise in writing, 40% of the order price must be paid on placement "
+            "of the order.\n")
+    assert _best(text, "payment").startswith("Unless agreed otherwise in writing, 40% of the order price must be paid")
+
+
+def test_a_price_to_be_paid_before_shipment_is_payment_language():
+    assert operative_adjustment("payment", "the balance must be paid prior to shipment of the goods.")[0] > 0
+    assert operative_adjustment("payment", "all carriage costs shall be paid by the buyer.")[0] <= 0
+
+
+def test_the_purchase_a_buyer_will_make_at_a_price_is_the_duty_to_pay_not_each_sides_own_costs():
+    """A share purchase states the buyer's duty as "will purchase ... at a purchase price per share equal to the
+    Price"; "each party will pay the costs it incurs" is each side bearing its own costs (before, that was cited)."""
+    text = ("1. Sale of Units\n\n"
+            "1.1 Subject to this Agreement, each investor named in the Annex (each, an \"Investor\") will purchase at "
+            "the Closing, and the Issuer agrees to sell to such Investor, the number of units shown opposite the "
+            "Investor's name in the Annex, at a purchase price per unit equal to the Unit Price.\n\n"
+            "7. General\n\n"
+            "7.4 Costs. Each party will pay all costs and expenses that it incurs in negotiating and performing "
+            "this Agreement.\n")
+    assert _best(text, "payment").startswith("Subject to this Agreement, each investor named in the Annex")
+
+
+def test_a_force_majeure_excuse_is_no_liability_cap():
+    """"Neither party is liable for a breach when the breach is a result of an event beyond its control" excuses
+    performance; it limits no liability (before, it was reported as the cap of an agreement that has none)."""
+    text = ("12. GENERAL\n\n"
+            "12.1 Notices. Notices must be in writing.\n\n"
+            "12.2 Events beyond control. Neither party is liable to the other for a breach of this agreement when the "
+            "breach is a result of flood, fire, war or any other event beyond the reasonable control of that party.\n")
+    assert not draw_candidates(parse_structure(text), "liability_cap").found
