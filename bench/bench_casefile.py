@@ -16,7 +16,10 @@ other drafting families: terms of service, NDAs, consulting, employment, a DPA, 
 terms, EDGAR exhibits; every document with labels), and ``--half tuning|check`` draws them from one
 half of that set's split (bench/devsets/commercial/README.md) only, so a splitting rule can be read
 on one half and checked on the other (the tuning half holds three documents: its case files hold
-all three, in a seeded order).
+all three, in a seeded order). ``--half check-a|check-b`` splits the check half again for splitting
+rules, fixed before any of its misses was read: its 25 documents (``CHECK_HALF``, listed so that
+documents added later stay out) sorted by name, the 1st, 3rd, 5th, ... are ``check-a`` ("split-tuning",
+read for splitting errors), the 2nd, 4th, ... ``check-b`` ("split-check", scored, not read).
 
 Splitting is scored per agreement (``whole``): an agreement is found whole when one document of
 the split holds all of it and no other agreement; otherwise it is ``cut`` (a boundary falls inside
@@ -31,6 +34,7 @@ the share of labelled present kinds whose citation is the operative sentence.
     python bench/bench_casefile.py                      # 8 case files of 4 agreements
     python bench/bench_casefile.py --files 20 --json out.json
     python bench/bench_casefile.py --devset commercial --files 20 --half tuning
+    python bench/bench_casefile.py --devset commercial --files 20 --half check-a --show
 """
 
 from __future__ import annotations
@@ -56,6 +60,18 @@ TOTALS = ("correct", "wrong", "miss", "false_positive", "inside", "cited", "op_o
           "op_miss", "whole", "cut", "merged", "extra")
 FILLER = ROOT / "bench" / "devsets" / "selection" / "sources" / "gnu-manuals.txt.gz"
 _LEGAL = re.compile(r"licen[cs]e|agreement", re.I)
+# The commercial set's check half as it stood when splitting rules were first read on part of it
+# (2026-12-07); sorted by name, every other one is split-tuning (check-a), the rest split-check (check-b).
+CHECK_HALF = ("accord_copyright_license", "aspirity_outsourcing_agreement", "automattic_ireland_employment",
+              "automattic_us_contractor", "bc_marketplace_terms", "bc_registry_account_agreement",
+              "blackboxstocks_distributor_agreement", "bonterms_cloud_terms", "bonterms_mutual_nda",
+              "canonical_purchase_conditions", "canonical_service_terms", "commonhaus_fiscal_sponsorship",
+              "commonpaper_dpa", "corio_license_hosting_agreement", "flyio_terms_of_service",
+              "gofreerange_general_terms", "harmony_cla_individual", "mozilla_prototype_agreement",
+              "ols_fiscal_community_agreement", "opengov_work_for_hire", "owasp_presenter_agreement",
+              "plain_website_terms", "psf_sponsorship_agreement", "seriesseed_convertible_note",
+              "woocommerce_use_terms")
+SPLIT_HALVES = {"check-a": tuple(sorted(CHECK_HALF)[0::2]), "check-b": tuple(sorted(CHECK_HALF)[1::2])}
 
 
 def build_case_file(rng: random.Random, docs: dict[str, str], filler: str, n: int,
@@ -140,8 +156,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--devset", choices=("contracts", "commercial"), default="contracts",
                     help="contracts: the licences + the shared set; commercial: bench/devsets/commercial")
-    ap.add_argument("--half", choices=("all", "tuning", "check"), default="all",
-                    help="draw the agreements from one half of the commercial set's split only")
+    ap.add_argument("--half", choices=("all", "tuning", "check", "check-a", "check-b"), default="all",
+                    help="draw the agreements from one half of the commercial set's split only; check-a / check-b: "
+                         "every other document of the check half by name (split-tuning / split-check)")
     ap.add_argument("--show", action="store_true", help="print each agreement not found whole, and extra documents")
     ap.add_argument("--json", help="write the totals here")
     ap.add_argument("--write", metavar="FILE",
@@ -159,7 +176,9 @@ def main(argv=None) -> int:
         operative = SCORE.load_operative()
         paths = documents()
     docs = {n: p.read_text(encoding="utf-8") for n, p in paths.items() if n in labels}
-    if args.half != "all":
+    if args.half in SPLIT_HALVES:
+        docs = {n: t for n, t in docs.items() if n in SPLIT_HALVES[args.half]}
+    elif args.half != "all":
         docs = {n: t for n, t in docs.items() if (n in COMMERCIAL_TUNING) == (args.half == "tuning")}
     filler = gzip.open(FILLER, "rt", encoding="utf-8").read()
     rng = random.Random(args.seed)

@@ -16,6 +16,9 @@ of evidence, both plain text:
   Markdown or HTML title ("# Widget Hosting Agreement", "<h1>Account Agreement</h1>") whose
   numbering ("**1.**", "### 1.") starts again, and an untitled click-through paragraph ("PLEASE READ
   THESE TERMS ... BY CLICKING ... YOU ACCEPT ... THIS EVALUATION AGREEMENT") with numbering after it.
+  A line that refers to its instrument ("Interpreting these Use Terms"), a heading over "NOW, THEREFORE"
+  and an execution line ("Signed as a deed") are no titles; comments, front matter and a covering letter
+  right above a title belong to its document.
 
 Exhibits and schedules stay with the agreement they follow when it names them ("Exhibit B")
 unless they open with a preamble of their own. A text with no evidence of several documents is
@@ -56,18 +59,21 @@ _PARTIES_NEXT = re.compile(r"^\W{0,3}(?:(?:by\s+and\s+)?(?:between|among(?:st)?)
 # (Version 2)", "Amendment No. 1 to the Master Services Agreement", "Standard Terms"): unnumbered,
 # the instrument's word among its last words. Alone it may be an unnumbered heading inside an
 # agreement ("Payment Terms"), so it starts a document only when the numbering restarts after it.
-_TITLE_INSTRUMENT = (r"(?:agreement|contract|amendment|addendum|license|licence|lease|deed|memorandum\s+of\s+"
+_TITLE_INSTRUMENT = (r"(?:agreement|contract|amendment|addendum|license|licence|lease|deed|nda|memorandum\s+of\s+"
                      r"understanding|order\s+form|statement\s+of\s+work|(?:standard|general|master|platform|cloud|"
                      r"online|services?|user|use|website|subscription)\s+terms|terms\s+(?:and\s+conditions|"
                      r"of\s+(?:service|use|sale|business|engagement))|(?:convertible\s+)?promissory\s+note|"
                      r"convertible\s+note)")
 # The instrument's word ends the title, or is followed only by a version, a parenthetical or a
-# "for ..." / "to ..." / "- ..." tail: "License Agreement for NVIDIA SDKs", "Public License v. 1.2";
+# "for ..." / "to ..." / "- ..." tail, or a second instrument joined to it ("Agreement and Release"): "License
+# Agreement for NVIDIA SDKs", "Public License v. 1.2";
 # not "License Grant", a section heading.
-_TITLE = re.compile(rf"^[^\w\n]{{0,3}}(?:1\.[ \t]+)?(?![\d(]|end\b|(?:article|section|clause|chapter|part)\s+\w)"
+_TITLE = re.compile(rf"^(?:\#{{1,6}}[ \t]+)?[^\w\n]{{0,3}}(?:1\.[ \t]+)?"
+                    rf"(?![\d(]|end\b|(?:article|section|clause|chapter|part)\s+\w|(?:signed|executed|delivered)\b)"
                     rf"(?:[\w&'\u2019\u201c\u201d\x22,.-]+\s+){{0,10}}?{_TITLE_INSTRUMENT}"
                     r"(?:\s*(?:v\.?|version)\s*[\d.]+|\s*\([^)]{0,60}\)|\s+(?:for|to|of|between)\s+.{0,80}|"
-                    r"\s*[-\u2013\u2014:]\s+.{0,80})?\W*$", re.I)
+                    r"\s*[-\u2013\u2014:]\s+.{0,80}|\s+(?:&|and)\s+(?:[\w-]+\s+){0,3}?(?:release|waiver|consent|plan\s+of\s+\w+))?"
+                    r"\W*$", re.I)
 # Markdown marks before the number count as layout: "### 1. Term", "**1.\tThe Agreement**.".
 _NUMBERED = re.compile(r"(?m)^[ \t]*(?:\#{1,6}[ \t]+)?[*_]{0,3}"
                        r"(?:(?:ARTICLE|Article|SECTION|Section|CLAUSE|Clause)\s+)?(?P<n>\d+|[IVX]+)"
@@ -77,14 +83,15 @@ _RESTART_WINDOW = 4000  # the first numbered line after a title, looked for this
 # Public Licence applies ..."), states how it is accepted ("By downloading ..."), or opens a preamble.
 _SELF_START = re.compile(r"^\W{0,3}(?:(?:this|these)\s+(?:[\w'\u2019-]+\s+){0,8}?(?:agreement|licen[cs]e|terms|"
                          r"amendment|addendum|contract)\b|by\s+(?:downloading|installing|using|accessing|exercising|"
-                         r"clicking|signing|executing)\b|preamble\b|version\s+\d|(?:important\s+)?notice\b|(?:please\s+)?read\s+"
+                         r"clicking|signing|executing)\b|i\s+(?:hereby\s+)?(?:accept|agree)\b|preamble\b|version\s+\d|(?:important\s+)?notice\b|(?:please\s+)?read\s+"
                          r"(?:this|the\s+following|carefully|before)\b)", re.I)
 _SELF_WINDOW = 1500
 # An untitled click-through opening: a paragraph that tells the reader how the instrument is accepted
 # ("PLEASE READ THESE TERMS CAREFULLY ... BY CLICKING "I AGREE" ... YOU ACCEPT ... THIS EVALUATION
 # AGREEMENT"), in its first sentences, naming the instrument. Terms of service restate acceptance in
 # their body too, so it opens a document only when the numbering starts again at 1 after it.
-_ACCEPTANCE = re.compile(r"\b(?:please\s+read\s+(?:(?:this|these|the\s+following)\b|carefully\b)|by\s+(?:clicking|"
+_ACCEPTANCE = re.compile(r"\b(?:please\s+read\s+(?:(?:this|these|the\s+following)\b"
+                         r"(?!\s+(?:section|clause|paragraph|provision|article|part)s?\b)|carefully\b)|by\s+(?:clicking|"
                          r"accessing|using|downloading|installing|signing\s+up|registering|checking)\b[^.]{0,200}?"
                          r"\byou\s+(?:(?:hereby|expressly)\s+)?(?:accept|agree|consent)\b)", re.I)
 _ACCEPTANCE_NAMES = re.compile(rf"\b(?:this|these)\s+(?:[\w'\u2019-]+\s+){{0,4}}?{_INSTRUMENT}\b", re.I)
@@ -93,7 +100,7 @@ _SIGNATURE = re.compile(r"^\s*(?:By|Name|Title|Date|Its|Signature|Signed)\s*:", 
 _CLOSE = re.compile(r"\bIN\s+WITNESS\s+WHEREOF\b|\bEND\s+OF\s+TERMS\s+AND\s+CONDITIONS\b"
                     r"|^\s*(?:By|Signature|Signed)\s*:\s*_{3,}|^\s*By\s*:\s*$"
                     r"|\bexecuted\s+(?:this\s+)?(?:Agreement|Amendment)\s+as\s+of\b", re.I | re.M)
-_TITLE_WORDS = re.compile(rf"\b{_INSTRUMENT}\b|\bexhibit\b|\bschedule\b|\bannex\b", re.I)
+_TITLE_WORDS = re.compile(rf"\b{_INSTRUMENT}\b|\bnda\b|\bexhibit\b|\bschedule\b|\bannex\b", re.I)
 # Without a close in between, two starts this far apart are two documents: an opening sentence
 # alone may be a restated preamble; a title confirmed by what follows it is stronger evidence.
 MIN_DOCUMENT_CHARS = 6000
@@ -180,6 +187,8 @@ def _title_of(text: str, bl, k: int) -> tuple[int, str]:
         b = bl[j]
         if not b.heading or at - b.end > _TITLE_GAP or _SIGNATURE.match(text[b.start:b.end]):
             break
+        if text.rfind("<!--", 0, b.start) > text.rfind("-->", 0, b.start):
+            break  # a line of an HTML comment ("SPDX-License-Identifier: ..."), see _file_markup_above
         start, at = b.start, b.start
         names.append(" ".join(html_visible(text[b.start:b.end]).split()))
     in_order = names[::-1]
@@ -191,11 +200,12 @@ def _title_of(text: str, bl, k: int) -> tuple[int, str]:
             # "GUROBI OPTIMIZATION, LLC" over "END-USER LICENSE AGREEMENT": whose agreement it is, so
             # that several end-user licences of one case file are told apart.
             name = f"{above[-1].rstrip(' ,.')} {name}"
-        return start, _named_in_text(_MARKUP.sub("", name).strip(), text, bl[k].end)[:120]
+        return _file_markup_above(text, start), _named_in_text(_MARKUP.sub("", _INLINE_TAG.sub("", name)).strip(), text,
+                                                             bl[k].end)[:120]
     # The instrument the opening names: "this Evaluation Agreement" before "the terms" it mentions.
     m = (re.search(rf"\bthis\s+((?:[\w&'-]+\s+){{0,8}}?{_INSTRUMENT})\b", own, re.I)
          or re.search(rf"(?:this|the)\s+((?:[\w&'-]+\s+){{0,8}}?{_INSTRUMENT})\b", own, re.I))
-    return start, (m.group(1) if m else "document")[:120]
+    return _file_markup_above(text, start), (m.group(1) if m else "document")[:120]
 
 
 # Markdown marks around a title line ("# Basecamp Terms of Service", "**MASTER AGREEMENT**"): layout, not name.
@@ -225,6 +235,42 @@ def _named_in_text(title: str, text: str, after: int) -> str:
         if len(words) > 1 and all(w[:1].isupper() for w in words):  # a proper name, not "this agreement"
             return f"{' '.join(words)} ({title})"
     return title
+
+
+# What a file written as Markdown or a template carries above its title, no part of its text but of its file:
+# YAML front matter between two "---" lines, an HTML comment (an SPDX line, a source note), a template tag line.
+_FRONT_MATTER = re.compile(r"(?m)^---[ \t]*\n(?:[ \t]*(?:[\w-]+:|-[ \t])[^\n]*\n){1,40}?---[ \t]*$")
+_COMMENT = re.compile(r"(?:^|\n)[ \t]*<!--(?:(?!-->).){0,1500}?-->[ \t]*$", re.S)
+_TEMPLATE_LINE = re.compile(r"(?:^|\n)[ \t]*\{%[^\n]{0,200}?%\}[ \t]*$")
+_MARKUP_ABOVE_CHARS = 2000
+
+
+# A letter that encloses the agreement (an offer of employment, an engagement letter): its salutation a short
+# way above the title, no signature or close between, starts the document.
+_SALUTATION = re.compile(r"(?m)^[^\w\n]{0,3}Dear\s+[^\n]{1,80},[ \t]*$")
+_LETTER_CHARS = 1500
+
+
+def _file_markup_above(text: str, start: int) -> int:
+    """``start`` moved up over the front matter, comments and template tag lines right above it, and
+    over the covering letter of the agreement (see ``_SALUTATION``)."""
+    letter = list(_SALUTATION.finditer(text, max(0, start - _LETTER_CHARS), start))
+    if letter and not _CLOSE.search(text, letter[-1].start(), start) and not any(
+            _SIGNATURE.match(line) for line in text[letter[-1].start():start].splitlines()):
+        start = letter[-1].start()
+    while True:
+        off = max(0, start - _MARKUP_ABOVE_CHARS)
+        # front matter ending right above ``start``, or holding it (a "- item" line of it read as a heading)
+        front = [m for m in _FRONT_MATTER.finditer(text, off, start + 300)
+                 if m.start() < start and (m.end() > start or not text[m.end():start].strip())]
+        if front:
+            start = front[-1].start()
+            continue
+        head = text[off:start].rstrip()
+        m = _COMMENT.search(head) or _TEMPLATE_LINE.search(head)
+        if m is None:
+            return start
+        start = off + m.start() + (1 if m.group(0).startswith("\n") else 0)
 
 
 def _restarts_numbering(text: str, at: int) -> bool:
@@ -267,6 +313,16 @@ def _is_acceptance(text: str, bl, k: int) -> bool:
             and _restarts_numbering(text, b.end))
 
 
+_INLINE_TAG = re.compile(r"</?(?:strong|b|em|i|u|span|font)\b[^>]{0,200}>", re.I)
+# A line that refers to its instrument ("Changes to these Terms", "Termination of this Agreement") is a clause
+# heading or a sentence of the instrument; a title names it.
+_REFERS = re.compile(r"\b(?:this|these)\s+(?:[\w'\u2019-]+\s+){0,4}?(?:agreement|terms|licen[cs]e|contract|nda)\b",
+                     re.I)
+# The words that begin an agreement's operative part, after its recitals.
+_OPERATIVE = re.compile(r"(?:now,?\s+therefore|it\s+is\s+(?:hereby\s+)?agreed|the\s+parties\s+(?:hereby\s+)?agree)\b",
+                        re.I)
+
+
 def _is_title(text: str, bl, k: int) -> bool:
     """Whether block ``k`` is a title line naming an instrument, confirmed by what follows it."""
     b = bl[k]
@@ -276,10 +332,15 @@ def _is_title(text: str, bl, k: int) -> bool:
     if nxt is not None and nxt.heading and _TITLE.match(" ".join(html_visible(text[nxt.start:nxt.end]).split())):
         return False  # the next line is the title proper ("GUROBI OPTIMIZATION, LLC" over "END-USER LICENSE ...")
     line = " ".join(html_visible(text[b.start:b.end]).split())  # "<h1>Account Agreement</h1>": its visible text
+    line = _INLINE_TAG.sub("", line)  # "<strong>MASTER AGREEMENT</strong>": emphasis, as "**...**" is
     if line.lower().strip(" .:") == "terms and conditions":
         return False  # the heading of a licence's operative part (GPL), not a title
     if line[:1].isdigit() and (len(line.split()) < 4 or line.endswith(".")):
         return False  # "1. LICENSE.": a first section; "1. License Agreement for NVIDIA SDKs" may be a title
+    if _REFERS.search(line):
+        return False  # "Interpreting these Use Terms", "... apply in this Agreement.": a clause names its instrument so
+    if nxt is not None and _OPERATIVE.match(html_visible(text[nxt.start:nxt.start + 200]).lstrip("*_ \t")):
+        return False  # "AGREEMENT" over "NOW, THEREFORE, ...": the heading of the operative part after the recitals
     return _TITLE.match(line) is not None and (_restarts_numbering(text, b.end) or _begins_itself(text, bl, k))
 
 

@@ -141,3 +141,81 @@ def test_an_exhibit_label_nothing_names_heads_a_document_of_its_own():
            "2. Fees. None.\n")
     text = FILLER + SUPPLY + FILLER + doc
     assert len(_reviewed(text)) == 2
+
+
+# Second pass (BENCHMARKS §2b, split-tuning half): false boundaries inside an agreement, starts not found.
+
+def _inside_supply(block):
+    """SUPPLY with ``block`` between its two clauses, after filler: one agreement."""
+    return FILLER + SUPPLY.replace("\n\n2. Payment.", "\n\n" + block + "\n\n2. Payment.")
+
+
+def test_a_heading_that_refers_to_its_instrument_is_a_clause_not_a_title():
+    """"Reading this Agreement" over "This Agreement uses ...": a title names its instrument, a clause refers to it."""
+    for block in ("Reading this Supply Agreement\n\nThis Supply Agreement uses words with special meanings.",
+                  "## Interpreting these Supply Terms\n\nThese Supply Terms use words with special meanings.",
+                  "The following definitions apply in this Agreement.\n\n1. Products. The goods of Exhibit A."):
+        assert len(_reviewed(_inside_supply(block))) == 1, block
+
+
+def test_the_heading_of_the_operative_part_is_not_a_title():
+    block = ("WHEREAS, Buyer wishes to buy the Products.\n\nAGREEMENT\n\nNOW, THEREFORE, the parties agree as "
+             "follows:\n\n1. Orders. Buyer orders by purchase order.")
+    assert len(_reviewed(_inside_supply(block))) == 1
+
+
+def test_a_warning_about_one_section_is_not_a_click_through_opening():
+    clauses = "".join(f"{n}. Delivery terms. Supplier ships lot {n} to the Buyer's dock by the agreed date.\n\n"
+                      for n in range(3, 90))
+    block = (clauses + "Please read this section carefully: it limits what either party owes under this Supply "
+             "Agreement.\n\n"
+             "1. Cap. Neither party owes more than the fees paid.")
+    assert len(_reviewed(_inside_supply(block))) == 1
+
+
+def test_an_execution_line_as_a_deed_is_not_a_title():
+    deed = SUPPLY.replace("By: ______________________\n", "Signed as a deed\n\nby Jane Ames in the presence of a "
+                          "witness\n\nExecuted as a deed by Harbor Tools Inc.\n")
+    text = FILLER + deed + FILLER[:1000] + SUPPLY
+    parts = _reviewed(text)
+    assert len(parts) == 2 and "Executed as a deed" in text[parts[0].start:parts[0].end]
+
+
+def test_a_markdown_title_of_level_three_and_an_nda_title_open_documents():
+    for doc, name in (("### The Harbor Cloud Terms of Service\nEffective date: May 1, 2025\n\n### A. Definitions\n\n"
+                       "1. The \"Service\" is the hosted storage.\n\n2. \"You\" is the account holder.\n",
+                       "The Harbor Cloud Terms of Service"),
+                      ("# Harbor Mutual NDA (Version 2.0)\n\n1. **Purpose**. Each party may disclose information.\n\n"
+                       "2. **Use**. The recipient uses it for the purpose only.\n", "Harbor Mutual NDA (Version 2.0)")):
+        text = FILLER + SUPPLY + FILLER + doc
+        parts = _reviewed(text)
+        assert len(parts) == 2 and _whole(text, doc, parts).name == name, name
+
+
+def test_a_comment_or_front_matter_above_a_title_belongs_to_its_document():
+    for doc in ("<!--\nSPDX-License-Identifier: CC0-1.0\n-->\n\n# Harbor Contributor Agreement\n\n"
+                "1. Grant. You license your contributions to the project.\n\n2. Warranty. None.\n",
+                "{% load forms %}\n---\ntitle: HOSTING AGREEMENT\nlayout: letter\n- margin=1in\n---\n\n"
+                "**THIS HOSTING AGREEMENT** (the \"Agreement\") is entered into as of May 1, 2025 by and between "
+                "Harbor Cloud Inc. and the Customer.\n\n1. Hosting. Harbor hosts the Customer's site.\n"):
+        text = FILLER + SUPPLY + FILLER + doc
+        parts = _reviewed(text)
+        assert len(parts) == 2 and text[_whole(text, doc, parts).start:].startswith(doc[:10]), doc[:20]
+
+
+def test_an_emphasised_title_joined_to_a_release_opens_with_first_person_acceptance():
+    doc = ("<strong>VOLUNTEER AGREEMENT & RELEASE</strong>\n\nI accept the invitation of Harbor Events Inc. to help at "
+           "the event listed below, on the terms set out here.\n\nI release Harbor Events Inc. from claims for loss "
+           "of my equipment.\n")
+    text = FILLER + SUPPLY + FILLER + doc
+    parts = _reviewed(text)
+    assert len(parts) == 2 and _whole(text, doc, parts).name == "VOLUNTEER AGREEMENT & RELEASE"
+
+
+def test_the_letter_that_encloses_an_agreement_belongs_to_it():
+    doc = ("Dear Ms. Ames,\n\nWe are pleased to offer you the post of buyer from June 2, 2025.\n\nOffer Summary\n\n"
+           "Salary: EUR 50,000\n\nEmployment Agreement\n\nThis agreement is made on 2 June 2025.\n\nBetween:\n\n"
+           "(1) Harbor Tools Ltd; and (2) Jane Ames.\n\n1. Duties. The Employee works as a buyer.\n")
+    text = FILLER + SUPPLY + FILLER + doc
+    parts = _reviewed(text)
+    assert len(parts) == 2 and text[_whole(text, doc, parts).start:].startswith("Dear Ms. Ames")
