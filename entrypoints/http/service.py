@@ -87,12 +87,7 @@ class ApiService:
         """Connect the runtime, touch the store and the replicas; a failure is left to the first
         request, which meets (and reports) it again."""
         try:
-            rt = self.runtime()
-            try:
-                rt.store.get_record(f"warm-up-{uuid.uuid4().hex[:8]}", "default")
-            except ContextNotFoundError:
-                pass
-            rt.store.has_pages([])
+            self.runtime().store.ping(timeout_s=60.0)  # Redis and the store actor, as /readyz asks them
             self._take_info(self.client.info())
         except Exception as exc:  # noqa: BLE001 - nothing depends on it
             log.info("ingress warm-up did not finish (%s: %s); the first request connects", type(exc).__name__, exc)

@@ -154,19 +154,22 @@ class EngineLoop(EngineStep):
             if job is not None:
                 self._run_job(job)
                 continue
-            t0 = time.perf_counter()
-            if not self._safe_step() and self._jobs:
+            if not self._paid_step() and self._jobs:
                 self._owed_s = 0.0  # nothing to step: the job goes now
-            self._pay(time.perf_counter() - t0)
 
-    def _safe_step(self) -> bool:
+    def _paid_step(self) -> bool:
+        """One step (a bug outside the forward fails what is running; the loop goes on), its time
+        paid against what is owed; False when there was nothing to run."""
+        t0 = time.perf_counter()
         try:
-            return self.step()
-        except Exception as exc:  # noqa: BLE001 - a bug outside the forward: fail what is running, go on
+            stepped = self.step()
+        except Exception as exc:  # noqa: BLE001 - see the docstring
             log.exception("the engine loop's step failed; failing the running requests")
             for req in list(self.scheduler.running):
                 self._end(req, error=exc)
-            return True
+            stepped = True
+        self._pay(time.perf_counter() - t0)
+        return stepped
 
     def _busy(self) -> bool:
         with self._cv:
@@ -195,11 +198,9 @@ class EngineLoop(EngineStep):
         self._in_break = True
         try:
             while not self._stopped and self._owed_s > 0 and self._busy():
-                t0 = time.perf_counter()
-                if not self._safe_step():
+                if not self._paid_step():
                     break
                 self.stats.break_steps += 1
-                self._pay(time.perf_counter() - t0)
         finally:
             self._in_break = False
             self._job_clock = time.perf_counter()  # the job's own compute resumes now

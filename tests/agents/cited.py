@@ -1,9 +1,15 @@
-"""The sentence the review's rules would cite for a kind, shared by the operative-sentence tests."""
+"""Whether the review's rules find a kind, and the sentence they would cite for it, shared by the
+operative-sentence tests."""
 
 from __future__ import annotations
 
 from agentctx.agents.clause_candidates import draw_candidates
 from agentctx.retrieval.structure import parse_structure
+
+
+def kind_found(text: str, kind: str) -> bool:
+    """Whether the rules report ``kind`` present in ``text`` (a candidate good enough to cite)."""
+    return draw_candidates(parse_structure(text), kind).found
 
 
 def best_sentence(text: str, kind: str) -> str:

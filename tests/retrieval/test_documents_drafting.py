@@ -61,6 +61,14 @@ def _whole(text, doc, parts):
     return own[0]
 
 
+def _after_supply(doc):
+    """``doc`` after SUPPLY, each after filler: (the text, the one part holding all of ``doc``), two parts in all."""
+    text = FILLER + SUPPLY + FILLER + doc
+    parts = _reviewed(text)
+    assert len(parts) == 2, [(p.name, p.start, p.end) for p in parts]
+    return text, _whole(text, doc, parts)
+
+
 def test_a_markdown_title_is_confirmed_by_numbering_inside_emphasis():
     """"**1.\\tScope**." restarts the numbering as "1. Scope." does (it was skipped, and "2.1." read first)."""
     text = FILLER + SUPPLY + FILLER + MARKDOWN
@@ -97,34 +105,30 @@ def test_a_preamble_by_and_among_opens_a_document():
     doc = ("This Stock Purchase Agreement is entered into as of May 1, 2025 by and among Lumen Labs, Inc., a "
            "Delaware corporation (the \"Company\"), and the purchasers listed on Schedule A.\n\n"
            "1. Purchase and Sale. Each Purchaser agrees to buy the Shares.\n")
-    text = FILLER + SUPPLY + FILLER + doc
-    parts = _reviewed(text)
-    assert len(parts) == 2 and _whole(text, doc, parts).name == "Stock Purchase Agreement"
+    _, part = _after_supply(doc)
+    assert part.name == "Stock Purchase Agreement"
 
 
 def test_a_dated_preamble_with_the_parties_in_a_between_block_opens_a_document():
     doc = ("This agreement is dated 1 May 2025\n\nBETWEEN:\n\n(1) Fernbank Consulting Limited, a company "
            "incorporated in England; and\n\n(2) Tidewater Media Limited.\n\n1. Services. The Consultant will "
            "provide the Services.\n")
-    text = FILLER + SUPPLY + FILLER + doc
-    parts = _reviewed(text)
-    assert len(parts) == 2 and text[_whole(text, doc, parts).start:].startswith("This agreement is dated")
+    text, part = _after_supply(doc)
+    assert text[part.start:].startswith("This agreement is dated")
 
 
 def test_an_html_title_is_read_on_its_visible_text():
     doc = ("<h1>Registry Account Agreement</h1>\n\n1. Accounts. The Registry opens one account for the "
            "Subscriber.\n\n2. Fees. The Subscriber pays the fees of the schedule.\n")
-    text = FILLER + SUPPLY + FILLER + doc
-    parts = _reviewed(text)
-    assert len(parts) == 2 and _whole(text, doc, parts).name == "Registry Account Agreement"
+    _, part = _after_supply(doc)
+    assert part.name == "Registry Account Agreement"
 
 
 def test_titles_of_other_instruments_open_documents():
     for title in ("Website Terms", "Convertible Promissory Note", "Terms of Sale", "Subscription Terms"):
         doc = f"{title}\n\n1. Scope. These provisions apply to each order.\n\n2. Price. The price is stated.\n"
-        text = FILLER + SUPPLY + FILLER + doc
-        parts = _reviewed(text)
-        assert len(parts) == 2 and _whole(text, doc, parts).name == title, title
+        _, part = _after_supply(doc)
+        assert part.name == title, title
 
 
 def test_an_exhibit_the_agreement_names_stays_with_it():
@@ -187,9 +191,8 @@ def test_a_markdown_title_of_level_three_and_an_nda_title_open_documents():
                        "The Harbor Cloud Terms of Service"),
                       ("# Harbor Mutual NDA (Version 2.0)\n\n1. **Purpose**. Each party may disclose information.\n\n"
                        "2. **Use**. The recipient uses it for the purpose only.\n", "Harbor Mutual NDA (Version 2.0)")):
-        text = FILLER + SUPPLY + FILLER + doc
-        parts = _reviewed(text)
-        assert len(parts) == 2 and _whole(text, doc, parts).name == name, name
+        _, part = _after_supply(doc)
+        assert part.name == name, name
 
 
 def test_a_comment_or_front_matter_above_a_title_belongs_to_its_document():
@@ -198,24 +201,21 @@ def test_a_comment_or_front_matter_above_a_title_belongs_to_its_document():
                 "{% load forms %}\n---\ntitle: HOSTING AGREEMENT\nlayout: letter\n- margin=1in\n---\n\n"
                 "**THIS HOSTING AGREEMENT** (the \"Agreement\") is entered into as of May 1, 2025 by and between "
                 "Harbor Cloud Inc. and the Customer.\n\n1. Hosting. Harbor hosts the Customer's site.\n"):
-        text = FILLER + SUPPLY + FILLER + doc
-        parts = _reviewed(text)
-        assert len(parts) == 2 and text[_whole(text, doc, parts).start:].startswith(doc[:10]), doc[:20]
+        text, part = _after_supply(doc)
+        assert text[part.start:].startswith(doc[:10]), doc[:20]
 
 
 def test_an_emphasised_title_joined_to_a_release_opens_with_first_person_acceptance():
     doc = ("<strong>VOLUNTEER AGREEMENT & RELEASE</strong>\n\nI accept the invitation of Harbor Events Inc. to help at "
            "the event listed below, on the terms set out here.\n\nI release Harbor Events Inc. from claims for loss "
            "of my equipment.\n")
-    text = FILLER + SUPPLY + FILLER + doc
-    parts = _reviewed(text)
-    assert len(parts) == 2 and _whole(text, doc, parts).name == "VOLUNTEER AGREEMENT & RELEASE"
+    _, part = _after_supply(doc)
+    assert part.name == "VOLUNTEER AGREEMENT & RELEASE"
 
 
 def test_the_letter_that_encloses_an_agreement_belongs_to_it():
     doc = ("Dear Ms. Ames,\n\nWe are pleased to offer you the post of buyer from June 2, 2025.\n\nOffer Summary\n\n"
            "Salary: EUR 50,000\n\nEmployment Agreement\n\nThis agreement is made on 2 June 2025.\n\nBetween:\n\n"
            "(1) Harbor Tools Ltd; and (2) Jane Ames.\n\n1. Duties. The Employee works as a buyer.\n")
-    text = FILLER + SUPPLY + FILLER + doc
-    parts = _reviewed(text)
-    assert len(parts) == 2 and text[_whole(text, doc, parts).start:].startswith("Dear Ms. Ames")
+    text, part = _after_supply(doc)
+    assert text[part.start:].startswith("Dear Ms. Ames")
