@@ -1,10 +1,12 @@
 """Issue 21's API surface over the real stack (Ray Serve, tiny random Gemma, its own redis-server):
 an oversized upload refused by its bytes, OpenAI parameters honoured or refused, usage that counts
-the document, chat without a document, model and run routes, readiness, and the operator metrics.
+the document, chat without a document, model and run routes, readiness, and the operator metrics;
+and bad input on every route a 4xx, never a 5xx, with the stored context intact.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 
@@ -50,6 +52,58 @@ def oai(stack):
 @pytest.fixture(scope="module")
 def model(oai):
     return oai.models.list().data[0].id
+
+
+JUNK = [None, True, -1, 0, 2**63, 1e308, float("-inf"), "", "x" * 5000, "\u0000\ud7ff\U0010ffff", [], {},
+        [1, "a", None], {"a": {"b": {"c": [{}]}}}]
+
+
+def _bodies(fields: dict) -> list:
+    """The valid body with each field replaced by each junk value, then removed, plus whole-body junk."""
+    out = [{**fields, k: v} for k, v in itertools.product(fields, JUNK)]
+    out += [{k: v for k, v in fields.items() if k != drop} for drop in fields]
+    out += [{**fields, "unknown_field": 1}, *JUNK]
+    return out
+
+
+def _check(a, method: str, path: str, bodies: list) -> list[str]:
+    bad = []
+    for body in bodies:
+        # json.dumps writes NaN / Infinity as Python's encoder does (not strict JSON): a client may send it.
+        r = a.request(method, path, content=json.dumps(body), headers={"content-type": "application/json"})
+        if r.status_code >= 500:
+            bad.append(f"{method} {path} {str(body)[:80]!r} -> {r.status_code} {r.text[:200]}")
+    for raw, ctype in ((b"{not json", "application/json"), (b"\xff\xfe", "application/json"),
+                       (b"text=hello", "application/x-www-form-urlencoded"), (b"", "application/json")):
+        r = a.request(method, path, content=raw, headers={"content-type": ctype})
+        if r.status_code >= 500:
+            bad.append(f"{method} {path} raw {raw!r} -> {r.status_code} {r.text[:200]}")
+    return bad
+
+
+def test_bad_input_is_4xx_on_every_route_and_keeps_the_context(stack, a, cid):
+    model = a.get("/v1/models").json()["data"][0]["id"]
+    bad = []
+    bad += _check(a, "POST", "/v1/contexts", _bodies({"text": "A short agreement."}))
+    bad += _check(a, "POST", f"/v1/contexts/{cid}/query",
+                  _bodies({"question": "What is the notice period?", "max_new_tokens": 4}))
+    bad += _check(a, "POST", "/v1/completions",
+                  _bodies({"model": model, "prompt": "The term is", "max_tokens": 2, "context_id": cid}))
+    bad += _check(a, "POST", "/v1/chat/completions",
+                  _bodies({"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+                           "context_id": cid}))
+    bad += _check(a, "POST", "/v1/pipelines/review/runs", _bodies({"context_id": cid}))
+    for path in (f"/v1/contexts/{'z' * 300}", "/v1/contexts/%00", f"/v1/contexts/{cid}/query/x",
+                 "/v1/models/" + "m" * 500, "/v1/pipelines/%ff/runs", "/v1/pipelines/review/runs/nope"):
+        for method in ("GET", "DELETE", "POST"):
+            r = a.request(method, path)
+            if r.status_code >= 500:
+                bad.append(f"{method} {path[:60]} -> {r.status_code} {r.text[:200]}")
+    assert not bad, "\n".join(bad)
+    r = a.get(f"/v1/contexts/{cid}")
+    assert r.status_code == 200, r.text
+    q = a.post(f"/v1/contexts/{cid}/query", json={"question": "What is the notice period?", "max_new_tokens": 4})
+    assert q.status_code == 200, q.text
 
 
 def _complete(oai, model, cid, **kw):
