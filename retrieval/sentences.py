@@ -94,11 +94,17 @@ def is_heading_line(line: str) -> bool:
 # Such a run opens a new line where what follows is an article ("ARTICLE VIII") or a numbered section
 # with a capitalised title ("Section 8.01 Effective Date"), and what precedes it ends a sentence or a
 # clause (". : ; )") or is an ALL-CAPS heading word. A wrapped line's run before a cross-reference ("as
-# provided in         Section 14.3 of this Agreement") is not one: no capitalised title follows it.
+# provided in         Section 14.3 of this Agreement") is not one: no capitalised title follows it. A bare
+# clause number with a run-in title ending in a full stop ("... in the Territory.   3. Reseller Activity.
+# Reseller shall ...") and a lettered item after a sentence ("... as follows:   a. Unless terminated ...")
+# open one too: a PDF's page joined into one line loses the line breaks of its numbered clauses.
 _RUN_IN_HEADING = re.compile(
     r"""(?:(?<=[.:;)\]"'\u201d])|(?<=[A-Z]{2}))[ \t]{3,}
         (?=(?:ARTICLE|Article)[ \t]+(?:[IVXLC]{1,6}|\d{1,3})\b
-         |(?:SECTION|Section)[ \t]+\d{1,3}(?:\.\d{1,3}){0,3}\.?[ \t]+[A-Z][a-z])""",
+         |(?:SECTION|Section)[ \t]+\d{1,3}(?:\.\d{1,3}){0,3}\.?[ \t]+[A-Z][a-z]
+         |\d{1,3}\.[ \t]+[A-Z][A-Za-z'\u2019-]*(?:,?[ \t]+(?:[A-Z][A-Za-z'\u2019-]*|and|or|of|the|on|for|to|in|&)){0,7}
+          \.[ \t]
+         |[a-z]\.[ \t]+(?:[A-Z][a-z]|["\u201c]))""",
     re.VERBOSE,
 )
 

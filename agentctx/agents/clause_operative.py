@@ -36,10 +36,13 @@ from .clause_lexicon import (
     COST_OF_REPAIR,
     DUE_ON_DELIVERY,
     FEE_TAKEN,
+    LIST_NOT_DISCLOSE,
     MAKE_PAYMENT,
     MAY_BE_TRANSFERRED_ONLY,
     MAY_END,
+    NEITHER_MAY_ASSIGN,
     NET_TERMS,
+    NOR_DISCLOSE,
     NOT_MODAL,
     OWN_COSTS,
     PAID_BY_WHEN,
@@ -196,16 +199,22 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
             r"\bneither\s+party\s+(?:will|shall|may)\s+(?:\w+\s+){0,2}(?:use|disclose)\b",
             r"\b(?:only|solely)\s+(?:use|to\s+use)\b|\buse\b[^.;]{0,80}\b(?:only|solely)\s+(?:for|to|in\s+connection)\b",
             # "hold in the strictest confidence", "will not (i) use ... or (ii) disclose": enumerated duties
-            r"\b(?:hold|keep|treat|regards?)\b[^.;]{0,60}\b(?:in\s+(?:the\s+)?(?:strict(?:est)?\s+)?confidence|"
-            r"as\s+(?:strictly\s+)?confidential|secret)\b",
+            r"\b(?:hold|keep|treat|regards?)\b[^.;]{0,60}\b(?:in\s+(?:the\s+)?(?:strict(?:est)?\s+|trust\s+and\s+)?"
+            r"confidence|as\s+(?:strictly\s+)?confidential|secret)\b",
             r"\b(?:will|shall|must|agrees?\s+to)\s+not\s+\(\w{1,4}\)\s+(?:use|disclose)\b",
             PASSIVE_NONDISCLOSURE,  # "Confidential Information shall not be disclosed ..."
+            NOR_DISCLOSE,  # "...; nor shall a party or its employees disclose any such Proprietary Information"
+            LIST_NOT_DISCLOSE,  # "You will neither ...: (a) use ...; or (b) disclose ..."
         ),
         related=_rx(
             # a supplement to a duty stated before it ("In addition, ...", "Without limiting the foregoing, ...")
             r"^(?:in\s+addition|additionally|furthermore|moreover|also|without\s+limiting\s+the\s+foregoing)\b",
             r"\b(?:standard|degree)\s+of\s+care\b|\breasonable\s+(?:efforts|care|measures|steps|precautions)\b",
             r"\b(?:does|do|shall|will)\s+not\s+(?:apply|include)\b|\bexclud",
+            # the exclusions stated as who is not bound: "Neither party shall be bound by this Section with respect
+            # to information it can document has entered the public domain"
+            r"\bnot\s+be\s+bound\s+by\s+this\s+(?:section|clause|article|paragraph|agreement)\b|"
+            r"\bneither\s+party\s+(?:shall|will)\s+be\s+bound\b",
             r"\bmay\s+disclose\b|\brequired\s+by\s+(?:law|applicable\s+laws?)\b|\bsubpoena\b",
             r"\b(?:return|destroy)\b", r"\b(?:equitable|injunctive)\s+relief\b|\birreparable\b",
             r"\bretains?\s+all\s+rights\b",
@@ -236,6 +245,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
                  rf"\bassign\w*\b[^.;]{{0,160}}\bwithout\b[^.;]{{0,60}}\b{CONSENT}\b",
                  ASSIGN_CONDITION,  # "as a condition of the assignment, the assignee must agree in writing ..."
                  MAY_BE_TRANSFERRED_ONLY,  # "This Note may be transferred only upon its surrender to the Issuer"
+                 NEITHER_MAY_ASSIGN,  # "Neither A nor B shall have the right ... to assign"
                  # the consent before the verb: "will not, without the prior written consent of X, assign"
                  r"\b(?:may|shall|will|must|can)\s*not\s*,?\s+(?:without|except\s+with)\b[^.;]{0,120}\bconsent\b"
                  r"[^.;]{0,80}?,\s*(?:\w+\s+){0,2}(?:assign|transfer)\b",

@@ -22,6 +22,8 @@ kind's query, and the model does what a small base model does well.
 
 from __future__ import annotations
 
+import re
+
 from agentctx.agents.base import AgentTask
 from agentctx.agents.clause_candidates import RETRIEVAL_BONUS, draw_candidates
 from agentctx.agents.clause_lexicon import normalize, title_matches
@@ -172,13 +174,22 @@ def kind_scope(st: DocumentStructure, kind: str, char_start: int | None) -> list
     return sorted(spans)
 
 
+_FORUM_TITLE = re.compile(r"\barbitrat|\bdisputes?\b|\bforum\b", re.I)
+
+
 def risk_scope(st: DocumentStructure, kind: str, char_start: int | None) -> list[tuple[int, int]]:
     """The sentence spans a kind's risk rules read: :func:`kind_scope`, or every sentence for indemnity."""
     # Who indemnifies whom is a question about the whole document: a second indemnity may sit in
     # another article (or one the section tree misplaces), so that rule reads every sentence.
     if kind == "indemnity":
         return [(u.start, u.end) for u in st.units]
-    return kind_scope(st, kind, char_start)
+    spans = kind_scope(st, kind, char_start)
+    if kind == "governing_law":
+        # the forum may sit in its own clause ("33. ARBITRATION ... Venue shall be Kansas."), apart from the law's
+        forum = [(s.start, s.end) for s in st.sections if s.title and _FORUM_TITLE.search(s.title)]
+        extra = {(u.start, u.end) for a, b in forum for u in st.units_in(a, b)}
+        spans = sorted(set(spans) | extra)
+    return spans
 
 
 def _group(hits: list[RuleHit], own: tuple[int, int] | None) -> list[list[RuleHit]]:

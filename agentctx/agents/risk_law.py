@@ -42,6 +42,18 @@ _VENUE_ADJ = re.compile(r"\bthe\s+(?P<venue>(?!(?:Federal|State|Supreme|District
                         r"[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\s+[Cc]ourts\b")
 
 
+# A venue stated as such: "Venue shall be Kansas", "The seat of the arbitration will be London".
+_VENUE_IS = re.compile(r"\b(?:[Vv]enue|[Ss]eat|[Pp]lace)\s+(?:of\s+(?:the\s+|any\s+)?(?:arbitration|proceedings?)\s+)?"
+                       r"(?:shall|will|must)\s+be\s+(?:in\s+)?(?:the\s+)?"
+                       r"(?P<venue>(?:" + _STATE_WORDS + r"\s+of\s+)?[A-Z][\w]*(?:\s+[A-Z][\w]*)*)")
+# The courts named by a defined term: "submits to the personal jurisdiction of the Dispute Resolution Jurisdiction".
+# (a term of its own words, not "the jurisdiction of the Court of Justice of the European Union")
+_VENUE_TERM = re.compile(r"\bjurisdiction\s+of\s+the\s+(?P<venue>(?:[A-Z][\w]*\s+){1,3}(?:Jurisdiction|Courts?|Venue|"
+                         r"Forum))\b(?!\s+of\b)")
+# The law named by a defined term, the value of a cover page: "This Agreement is governed by the Governing Law".
+_LAW_REF = re.compile(r"\bgoverned\s+(?:\w+\s+){0,3}?by\s+(?:the\s+)?(?P<ref>(?:[A-Z][\w]*\s+){0,2}Law)\b")
+
+
 def _law_in(sentence: str) -> str | None:
     """The law a sentence chooses, as written ("State of Delaware", "England"); None when none."""
     m = _LAW.search(sentence)
@@ -53,7 +65,10 @@ def _law_in(sentence: str) -> str | None:
         where = re.match(r"\s+(?:where|in\s+which)\b[^,;.\u2014-]*", sentence[m.end():])
         return law + where.group(0) if where else law
     m = _LAW_ADJ.search(sentence)
-    return _LAW_ADJECTIVES.get(m["adj"].lower()) if m else None
+    if m and m["adj"].lower() in _LAW_ADJECTIVES:
+        return _LAW_ADJECTIVES[m["adj"].lower()]
+    m = _LAW_REF.search(sentence)
+    return m["ref"] if m else None
 
 
 def _venue_in(sentence: str) -> str | None:
@@ -64,7 +79,13 @@ def _venue_in(sentence: str) -> str | None:
                                                                                      re.I) else ""
         return m["venue"] + (m["within"] or "") + seat
     m = _VENUE_ADJ.search(sentence)
-    return _LAW_ADJECTIVES.get(m["venue"].lower(), m["venue"] + _BY_NAME_ONLY) if m else None
+    if m:
+        return _LAW_ADJECTIVES.get(m["venue"].lower(), m["venue"] + _BY_NAME_ONLY)
+    m = _VENUE_IS.search(sentence)
+    if m:
+        return m["venue"] + _VENUE_STATED
+    m = _VENUE_TERM.search(sentence)
+    return m["venue"] if m else None
 
 
 # Courts named by a place alone ("the Paris Courts"): without a gazetteer the review cannot tell whether
@@ -72,7 +93,9 @@ def _venue_in(sentence: str) -> str | None:
 _BY_NAME_ONLY = "\u200b"
 # Disputes go to an arbitration seated there: the rationale names arbitration, not courts.
 _ARBITRATION = "\u200c"
-_MARKS = _BY_NAME_ONLY + _ARBITRATION
+# A venue stated as "Venue shall be X": arbitration's when the sentences before it speak of arbitration.
+_VENUE_STATED = "\u200d"
+_MARKS = _BY_NAME_ONLY + _ARBITRATION + _VENUE_STATED
 
 
 _PLACE_PREFIX = re.compile(r"^(?:the\s+)?(?:State|Commonwealth|Republic|Province|Kingdom|County|City)"
@@ -112,10 +135,34 @@ def _forum(place: str, arbitration: bool) -> str:
     return f"arbitration in {place}" if arbitration else f"the courts of {place}"
 
 
+def _definition(term: str, text: str) -> str | None:
+    """What the document says a defined term means ("Governing Law" means the laws of the state of Delaware.)."""
+    m = re.search(r"[\"\u201c]" + re.escape(term) + r"[\"\u201d]\s+(?:means|shall\s+mean|is)\s+([^.;]{0,200})", text)
+    return m.group(1) if m else None
+
+
+def _defined_term(name: str, text: str) -> bool:
+    """Whether a law or venue as read is a term the document defines (a value set elsewhere, maybe a blank)."""
+    return bool(re.match(r"[A-Z]", name)) and _definition(name, text) is not None
+
+
+def _defined(found, text: str, read):
+    """A law or venue named by a defined term, read from the term's definition when it names a place:
+    "Governing Law" -> "the state of Delaware (“Governing Law”, as defined)"; else as it was."""
+    if not found or not (_placeholder(found[0]) or _defined_term(found[0], text)):
+        return found
+    meant = _definition(found[0], text)
+    place = read(meant) if meant else None
+    if place and not _placeholder(place.rstrip(_MARKS)):
+        return (f"{place.rstrip(_MARKS)} (\u201c{found[0]}\u201d, as defined)", found[1], found[2])
+    return found
+
+
 def governing_law(text: str, spans) -> list[RuleHit]:
     law = venue = None
     by_name_only = arbitration = False
-    for s, e, sent in sentences(text, spans):
+    sents = sentences(text, spans)
+    for i, (s, e, sent) in enumerate(sents):
         if law is None and re.search(r"\bgovern|\bconstrued|\bapplicable\s+law|\bgoverning\s+law", sent, re.I):
             named = _law_in(sent)
             if named:
@@ -125,15 +172,21 @@ def governing_law(text: str, spans) -> list[RuleHit]:
             if named:
                 venue = (named, s, e)
                 by_name_only = named.endswith(_BY_NAME_ONLY)
-                arbitration = named.endswith(_ARBITRATION)
+                arbitration = named.endswith(_ARBITRATION) or (named.endswith(_VENUE_STATED) and any(
+                    re.search(r"\barbitra", x, re.I) for _, _, x in sents[max(0, i - 4):i + 1]))
                 venue = (named.rstrip(_MARKS), s, e)
     if law is None and venue is None:
         return []
-    refs = [x[0] for x in (law, venue) if x and _placeholder(x[0])]
+    law = _defined(law, text, _law_in)
+    venue = _defined(venue, text, _venue_in)
+    refs = [x[0] for x in (law, venue) if x and (_placeholder(x[0]) or _defined_term(x[0], text))]
     if refs:  # a form's variables: comparing them would report a mismatch between two blanks
         found = law or venue
         named = " and ".join(f"\u201c{_PLACE_PREFIX.sub('', r).strip()}\u201d" for r in refs)
+        known = f"the laws of {law[0]}; " if law and law[0] not in refs else ""
         return [RuleHit("governing_law_venue", "governing_law", "low", found[1], found[2],
+                        f"Governing law and venue: {known}the forum is set by reference ({named}), a value "
+                        "defined elsewhere or left blank." if known else
                         f"Governing law and venue are set by reference ({named}), a value defined elsewhere "
                         "(a cover page or order form).",
                         "Check the values filled in where the agreement defines them.",

@@ -25,13 +25,17 @@ Rules (name: kind, what fires it, severity):
   ground inside a cause, nor "at any time if it determines ..."): high with notice under 30
   days or none stated, medium under 60 days or with pay in lieu of notice, low otherwise.
 * ``automatic_renewal`` (term): the term renews automatically; the non-renewal notice
-  window is read: high with a window of 60 days or more or none stated, else medium.
+  window is read (in the sentence, or a notice to terminate in the next one of its paragraph):
+  high with a window of 60 days or more or none stated, else medium.
 * ``short_payment_term`` (payment): payment due within fewer than 30 days: medium.
 * ``late_payment_interest`` (payment): interest on late payments: high from 18% a year
   (1.5% a month), medium otherwise or when the rate is stated elsewhere.
 * ``assignment_change_of_control`` (assignment): one side may assign on a change of
   control, merger, sale of its business or to a successor without the other's consent:
   high.
+The liability and indemnity rules are in :mod:`.risk_liability`, the governing-law rule in :mod:`.risk_law`;
+this module holds the others and the registry (``RULES``).
+
 * ``governing_law_venue`` (governing_law; the rule is in risk_law.py): the governing law and the venue; medium when
   the courts sit in another jurisdiction than the law's, low otherwise (for the record); low
   when either is a standard form's variable ("the State of Governing Law", "courts in
@@ -44,13 +48,10 @@ import re
 
 from agentctx.agents.risk_hit import RuleHit, sentences
 from agentctx.agents.risk_law import governing_law
+from agentctx.agents.risk_liability import indemnity, liability, no_liability_cap
 
 __all__ = ["RuleHit", "RULES", "RULE_KINDS", "evaluate_rules", "no_liability_cap", "notice_days"]
 
-# The reader's side: the one that takes a licence, buys or pays for a service or programme ("Sponsor", the
-# company that sponsors an event; not a "fiscal sponsor", the foundation that hosts a project).
-_CUSTOMER_SIDE = re.compile(r"\b(?:you|your|licensee|customer|client|recipient|partner|user|buyer|subscriber|"
-                            r"distributor|commercial\s+distributor|redistributor|(?<!fiscal\s)sponsor)\b", re.I)
 _NUMBER_WORDS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen".split())}
 _NUMBER_WORDS.update({"twenty": 20, "thirty": 30, "forty-five": 45, "forty": 40, "sixty": 60, "ninety": 90,
@@ -70,218 +71,17 @@ def notice_days(sentence: str) -> int | None:
     return None
 
 
-# ---------------------------------------------------------------- liability
-_UNLIMITED = re.compile(r"\bunlimited\s+liability\b|"
-                        r"\bliability\b[^.;]{0,60}\b(?:is|shall\s+be|will\s+be)\s+unlimited\b|"
-                        r"\bwithout\s+(?:any\s+)?limit(?:ation)?\s+(?:of|on|as\s+to)\s+(?:its\s+|their\s+)?liability\b",
-                        re.I)
-# "the liability of either party for", "liability to the Customer for": whose liability, before what for.
-_WHOSE = r"(?:\s+(?:of|to)\s+[^.;:]{1,40}?)?"
-_CARVE = re.compile(r"\b(?:cap|limitations?|limits?|exclusions?)\b[^.;]{0,80}\b(?:does|do|shall|will)\s+not\s+apply\b|"
-                    r"\b(?:except|excluding|other\s+than|save)\s+(?:for\s+|in\s+(?:the\s+)?cases?\s+of\s+)?"
-                    r"[^.;]{0,120}\b(?:indemnit|confidential|infring|gross\s+negligence|wil(?:l)?ful|fraud|death|"
-                    r"personal\s+injury|data)|"
-                    r"\b(?:neither\s+party\s+|nothing\b[^.;]{0,60}\b)(?:excludes?|limits?)\b"
-                    r"[^.;]{0,40}\bliability" + _WHOSE + r"\s+for\b", re.I)
-_BIG_EXPOSURE = re.compile(r"\bindemnit|\bconfidential|\binfring|\bdata\b|\bintellectual\s+property\b", re.I)
-
-
-_WAIVER = re.compile(r"\b(?:indirect|consequential|incidental|special|punitive|exemplary)\b[^.;]{0,80}\bdamages\b|"
-                     r"\blost\s+(?:profits?|revenues?|data|business)\b", re.I)
-_CAP_AMOUNT = re.compile(r"\b(?:exceed|aggregate|total\s+(?:cumulative\s+)?liability|cap(?:ped)?\b|limited\s+to|"
-                         r"greater\s+of|lesser\s+of)", re.I)
-# The carved-out claims named by a defined term ("does not apply to any Unlimited Claims"): what they are is
-# in the definition, so the rule names the term and asks the reader to check it.
-_DEFINED_CARVE = re.compile(r"\bnot\s+apply\s+to\s+(?:any\s+|the\s+)?(?P<term>(?:[A-Z][\w-]*\s+){0,3}"
-                            r"(?:Claims?|Liabilities|Obligations|Matters|Losses))\b")
-
-
-# What a carve-out excepts, read apart from the rest of the sentence: "Except in the cases of wilful
-# misconduct ..., the Licensor will not be liable for ... loss of data" excepts wilful misconduct, not data.
-_NOT_APPLY = re.compile(r"\b(?:does|do|shall|will)\s+not\s+apply\s+to\b", re.I)
-_EXCEPT = re.compile(r"\b(?:except|excluding|other\s+than|save)\b", re.I)
-_MAIN_CLAUSE = re.compile(r",\s*(?:the|each|either|neither|in\s+no|under\s+no|[A-Z])|;")
-_USUAL_NAMES = (("death", r"\bdeath\b"), ("personal injury", r"\bpersonal\s+injury\b"),
-                ("harm to natural persons", r"\bnatural\s+persons?\b"), ("fraud", r"\bfraud"),
-                ("gross negligence", r"\bgross\s+negligence\b"), ("wilful misconduct", r"\bwil(?:l)?ful"),
-                ("what the law does not allow to be limited", r"\bcannot\s+be\s+(?:limited|excluded)\b|"
-                                                              r"\bapplicable\s+law\s+prohibits\b"))
-_DEFINED_TERM = re.compile(r"\b(?:[A-Z][\w-]*\s+){1,3}(?:Claims?|Liabilities|Obligations|Matters|Losses)\b")
-
-
-def _excepted(sent: str) -> str:
-    m = _NOT_APPLY.search(sent)
-    if m:
-        return sent[m.end():]
-    m = _EXCEPT.search(sent)
-    if m:
-        rest = sent[m.end():]
-        cut = _MAIN_CLAUSE.search(rest)
-        return rest[:cut.start()] if cut else rest
-    m = re.search(r"\bliability" + _WHOSE + r"\s+for\b", sent, re.I)
-    return sent[m.end():] if m else sent
-
-
-def _carve_out(s: int, e: int, sent: str, after: str = "", items: str = "") -> RuleHit:
-    """A sentence that excepts claims from a limitation: what is excepted, from what, how serious.
-    ``after``: the sentences that follow it in the clause (where a class it names gets a cap of its own);
-    ``items``: the list the sentence introduces ("... the liability of either party for:"), read as excepted."""
-    waiver_only = bool(_WAIVER.search(sent + " " + items)) and not _CAP_AMOUNT.search(sent + " " + items)
-    part = (_excepted(sent) + " " + items).strip()
-    big = _BIG_EXPOSURE.search(part)
-    terms = list(dict.fromkeys(t.strip() for t in _DEFINED_TERM.findall(part))) if _NOT_APPLY.search(sent) else []
-    usual = [name for name, pat in _USUAL_NAMES if re.search(pat, part, re.I)]
-    if waiver_only and big:
-        # The exception is to the exclusion of indirect damages, not to the cap: those claims may
-        # recover indirect damages, still within whatever cap the contract sets.
-        what = big.group(0).lower()
-        return RuleHit("liability_carve_out", "liability_cap", "medium", s, e,
-                       f"The exclusion of indirect damages does not apply to {what}...: those claims may recover "
-                       "indirect damages; whether they are capped is for the cap clause to say.",
-                       "Check that the cap clause covers these claims, or agree a separate cap for them.",
-                       {"carve_out": what, "from": "damages waiver"})
-    if terms:
-        # A class with a cap of its own ("For all Enhanced Claims, ... will not exceed the Enhanced Cap")
-        # is outside the general cap, not uncapped.
-        own = [t for t in terms if re.search(re.escape(t) + r"[^.;]{0,80}\b(?:will\s+not\s+exceed|shall\s+not\s+"
-                                             r"exceed|limited\s+to|capped\s+at)", after)]
-        rest = [t for t in terms if t not in own]
-        said = [f"{' and '.join(own)} {'have' if len(own) > 1 or own[0].endswith('s') else 'has'} a cap of "
-                "their own (read it)"] if own else []
-        said += [f"{' and '.join(rest)} {'are' if len(rest) > 1 or rest[0].endswith('s') else 'is'} uncapped"] \
-            if rest else []
-        return RuleHit("liability_carve_out", "liability_cap", "high" if rest else "medium", s, e,
-                       f"The limitation of liability does not apply to {' and '.join(terms)}: {'; '.join(said)}; "
-                       f"read the definition{'s' if len(terms) > 1 else ''} to see which claims they are.",
-                       "Cap the carved-out claims too, or put a separate, higher cap on them.",
-                       {"carve_out": " and ".join(terms), "from": "cap"})
-    if big:
-        return RuleHit("liability_carve_out", "liability_cap", "high", s, e,
-                       "The limitation of liability has a carve-out for large exposures "
-                       f"({big.group(0).lower()}...): those claims are uncapped.",
-                       "Cap the carved-out claims too, or put a separate, higher cap on them.",
-                       {"carve_out": big.group(0).lower(), "from": "cap"})
-    if usual:
-        return RuleHit("liability_carve_out", "liability_cap", "low", s, e,
-                       f"The limitation of liability excepts {', '.join(usual)}: carve-outs the law usually "
-                       "requires.",
-                       "No change needed; check that the list is no wider than the law requires.",
-                       {"carve_out": ", ".join(usual), "from": "damages waiver" if waiver_only else "cap"})
-    if waiver_only:
-        return RuleHit("liability_carve_out", "liability_cap", "low", s, e,
-                       "The exclusion of indirect damages does not apply to the claims it names: those claims "
-                       "may recover indirect damages; whether they are capped is for the cap clause to say.",
-                       "Check that the cap clause covers these claims, or agree a separate cap for them.",
-                       {"carve_out": "the claims it names", "from": "damages waiver"})
-    return RuleHit("liability_carve_out", "liability_cap", "medium", s, e,
-                   "The limitation of liability does not apply to some claims: read which, as they are uncapped.",
-                   "Cap the carved-out claims too, or put a separate, higher cap on them.", {"from": "cap"})
-
-
-def _list_items(sent: str, following) -> list:
-    """The items a lead-in ending in a colon introduces, when the sections give each its own sentence:
-    the following sentences up to the first that does not end as an item that goes on (";", ", and",
-    "; or")."""
-    if not sent.rstrip().endswith(":"):
-        return []
-    items = []
-    for item in following[:8]:
-        items.append(item)
-        if not re.search(r"(?:[;,:]|\b(?:and|or))\s*$", item[2].rstrip()):
-            break
-    return items
-
-
-def _liability(text: str, spans) -> list[RuleHit]:
-    hits = []
-    sents = sentences(text, spans)
-    for i, (s, e, sent) in enumerate(sents):
-        if _UNLIMITED.search(sent):
-            hits.append(RuleHit("liability_uncapped", "liability_cap", "high", s, e,
-                                "This sentence leaves liability unlimited.",
-                                "Negotiate an overall cap on liability, for example the fees paid in the "
-                                "twelve months before the claim."))
-        elif (_CARVE.search(sent) or _DEFINED_CARVE.search(sent)) and re.search(r"\bliab|\bcap\b|\bdamages\b|"
-                                                                             r"\blimitation", sent, re.I):
-            # "Nothing ... limits the liability of either party for:" with each claim an item of its own:
-            # what is excepted is in the items, and the evidence runs to the last of them.
-            items = _list_items(sent, sents[i + 1:])
-            j = i + 1 + len(items)
-            hits.append(_carve_out(s, items[-1][1] if items else e, sent,
-                                   " ".join(x for _, _, x in sents[j:j + 2]), " ".join(x for _, _, x in items)))
-    return hits
-
-
-def no_liability_cap(searched: str = "") -> RuleHit:
-    """The document-level rule: no limitation-of-liability clause was found."""
-    where = f" (searched: {searched})" if searched else ""
-    return RuleHit("no_liability_cap", "liability_cap", "medium", None, None,
-                   f"No limitation of liability was found{where}, so liability may be unlimited.",
-                   "Add a limitation of liability with an overall cap and an exclusion of indirect damages.")
-
-
-# ---------------------------------------------------------------- indemnity
-# The promise may carry an aside before its object ("agrees, at its own expense, to indemnify"): missing
-# it would hide a second indemnifier and report the other side's indemnity as the only one.
-_INDEMNIFIER = re.compile(
-    r"(?P<who>\b(?:each|either)\s+party\b|\bthe\s+parties\b|\b(?:[A-Z][\w&.'\u2019-]*\s+){0,3}[A-Z][\w&.'\u2019-]*|\byou\b)"
-    r"\s+(?:shall|will|must|(?:hereby\s+)?(?:agrees?|undertakes?)(?:,[^,.;]{1,40},)?\s+to)\s+(?:\w+\s+){0,3}?"
-    r"(?:indemnify|defend|hold\s+harmless)")
-
-
-# An indemnity owed only for terms the indemnifier chooses to offer ("only if You agree to indemnify ...
-# by reason of your accepting any such warranty", "for warranty or support terms You offer"): the open
-# source licences' condition on offering more than the licence does, not a standing duty.
-_OPT_IN = re.compile(r"\b(?:warrant(?:y|ies)|support|liability)\b[^.;]{0,80}\b(?:you|licensee|it)\s+"
-                     r"(?:offers?|provides?|assumes?)\b|"
-                     r"\baccept(?:ing|s|ed)?\s+(?:any\s+)?(?:such\s+)?(?:warrant|obligation|additional\s+liabilit)",
-                     re.I)
-# "agrees to indemnify and save harmless Us": a site's or provider's terms written as "we"; the side
-# that indemnifies "us" is the user's.
-_INDEMNIFIES_US = re.compile(r"^[^.;,]{0,40}?\b(?:us|we)\b", re.I)
-
-
-def _indemnity(text: str, spans) -> list[RuleHit]:
-    who: dict[str, list[tuple[int, int, str, bool]]] = {}
-    for s, e, sent in sentences(text, spans):
-        for m in _INDEMNIFIER.finditer(sent):
-            name = m["who"].strip()
-            first = name.split()[0].lower()
-            if first in ("the", "a", "any", "such") and "parties" not in name.lower():
-                name = " ".join(name.split()[1:]) or name
-            who.setdefault(name.lower(), []).append((s, e, sent, bool(_INDEMNIFIES_US.search(sent[m.end():]))))
-    if not who:
-        return []
-    if any(re.search(r"\b(?:each|either)\s+party\b|\bthe\s+parties\b", w) for w in who) or len(who) >= 2:
-        return []
-    name, found = next(iter(who.items()))
-    standing = [f for f in found if not _OPT_IN.search(f[2])]
-    s, e, _, to_us = (standing or found)[0]
-    # "I agree to indemnify ...": a form written in the first person of whoever signs it (a presenter's
-    # or volunteer's release); the signer is the reader's own side.
-    signer = name == "i"
-    customer = bool(_CUSTOMER_SIDE.search(name)) or to_us or signer
-    side = "your side (I, the signer)" if signer else "your side (" + name + ")" if customer else name
-    if not standing:
-        return [RuleHit("one_sided_indemnity", "indemnity", "low", s, e,
-                        f"Only {side} gives an indemnity, and only for warranty, support or liability terms it "
-                        "chooses to offer.",
-                        "Offer no more than the licence does, or price and cap what you offer.",
-                        {"indemnifier": name, "opt_in": True})]
-    return [RuleHit("one_sided_indemnity", "indemnity", "high" if customer else "medium", s, e,
-                    f"Only {side} gives an indemnity; the other side gives none.",
-                    "Ask for a mutual indemnity, or limit this one to claims caused by the indemnifying side "
-                    "and cap it.", {"indemnifier": name})]
-
-
 # ---------------------------------------------------------------- termination
+# "for non-cause" and "for no cause" are "without cause" ("Either Party may terminate this agreement for
+# non-cause with a sixty (60) written notice").
+_NO_CAUSE = r"without\s+cause|for\s+(?:non-?|no\s+)cause"
 _CONVENIENCE = re.compile(r"\bterminat\w*\b[^.;]{0,100}\b(?:for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|"
-                          r"without\s+cause|at\s+any\s+time|at\s+will)\b|"
-                          r"\b(?:for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|without\s+cause)\b[^.;]{0,60}"
+                          rf"{_NO_CAUSE}|at\s+any\s+time|at\s+will)\b|"
+                          rf"\b(?:for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|{_NO_CAUSE})\b[^.;]{{0,60}}"
                           r"\bterminat", re.I)
 
 
-_GROUND = re.compile(r"\b(?:for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|without\s+cause|at\s+will)\b", re.I)
+_GROUND = re.compile(rf"\b(?:for\s+convenience|for\s+any\s+(?:or\s+no\s+)?reason|{_NO_CAUSE}|at\s+will)\b", re.I)
 _NOTICE_NEAR = re.compile(r"\bnotice\b", re.I)
 # A right to terminate, not termination as an event: "may (be) terminate(d)", "has the right to ...
 # terminate", "at its discretion", "upon notice from" the terminating side. "Upon termination for any
@@ -298,6 +98,10 @@ _CONDITION = re.compile(r"\bif\b|\bwhere\b|\bin\s+the\s+event\b|\bshould\b|\bin\
 _NOTICE_DAYS = re.compile(r"\b(?:\w+(?:-\w+)?\s+)?\(?\d{0,3}\)?\s*(?:business\s+|calendar\s+)?days?\b"
                           r"(?=[^.;]{0,60}\bnotice\b)|\bnotice\b[^.;]{0,20}?\bof\s+(?:\w+(?:-\w+)?\s+)?\(?\d{0,3}\)?"
                           r"\s*days?\b", re.I)
+# A period of notice written without its unit, a number in words and figures right before "notice" ("with a
+# sixty (60) written notice"): read as days, the unit notice periods are given in.
+_BARE_NOTICE = re.compile(r"\b[a-z]+(?:-[a-z]+)?\s+\((?P<num>\d{1,3})\)\s+(?:days['\u2019]?\s+)?(?:prior\s+)?"
+                          r"(?:written\s+)?notice\b", re.I)
 _FOR_CAUSE = re.compile(r"\bbreach|\bcure\b|\binsolv|\bbankrupt", re.I)
 _IN_LIEU = re.compile(r"\bin\s+lieu\s+of\b[^.;]{0,60}\bnotice\b", re.I)
 
@@ -310,7 +114,7 @@ def _convenience(sent: str, lead: str | None) -> bool:
                     and _POWER.search(lead))
     verb = re.search(r"\bterminat\w*", m.group(0), re.I)
     at = m.start() + verb.start()
-    ground = re.search(r"for\s+convenience|for\s+any|without\s+cause|at\s+any\s+time|at\s+will", m.group(0), re.I)
+    ground = re.search(rf"for\s+convenience|for\s+any|{_NO_CAUSE}|at\s+any\s+time|at\s+will", m.group(0), re.I)
     if at < m.start() + ground.start() and _CONDITION.search(sent[at:m.start() + ground.start()]):
         return False
     if ground.group(0).lower().startswith("at any time") and not _GROUND.search(sent):
@@ -330,7 +134,10 @@ def _convenience(sent: str, lead: str | None) -> bool:
 
 def _notice_days(sentence: str) -> int | None:
     m = _NOTICE_DAYS.search(sentence)
-    return notice_days(m.group(0)) if m else None
+    if m:
+        return notice_days(m.group(0))
+    bare = _BARE_NOTICE.search(sentence)
+    return int(bare["num"]) if bare else None
 
 
 def _termination(text: str, spans) -> list[RuleHit]:
@@ -378,9 +185,31 @@ _PERIOD = re.compile(r"\bperiods?\s+of\s+(\w+(?:\s+\(\d+\))?\s+(?:months?|years?
                      r"\bsuccessive\s+(\w+(?:\s+\(\d+\))?[\s-]+(?:months?|years?))\s+(?:periods|terms)\b", re.I)
 
 
+# A notice period in days or months, in a sentence after the renewal that ends or stops the agreement on notice
+# ("This agreement will be automatically renewed ... A six (6) months notice must be given by either party of their
+# intention to terminate ..."): the window to stop a renewal, stated apart.
+_NOTICE_PERIOD = re.compile(r"\b(?P<phrase>(?:[a-z]+(?:-[a-z]+)?\s+)?\(?(?P<num>\d{1,3})\)?\s*"
+                            r"(?:business\s+|calendar\s+)?(?P<unit>days?|months?))['\u2019]?\s+(?:prior\s+)?"
+                            r"(?:written\s+)?notice\b", re.I)
+
+
+def _window_after(text: str, end: int, following) -> tuple[int, str] | None:
+    """(days, the period as written) of a notice to terminate or not renew in the sentence after a renewal, when it
+    is in the same paragraph."""
+    for ns, _, nxt in following[:1]:
+        if re.search(r"\n\s*\n", text[end:ns]) or not re.search(r"\bterminat|\brenew", nxt, re.I):
+            return None
+        m = _NOTICE_PERIOD.search(nxt)
+        if m:
+            n = int(m["num"])
+            return (n * 30 if m["unit"].lower().startswith("month") else n), m["phrase"]
+    return None
+
+
 def _term(text: str, spans) -> list[RuleHit]:
     hits = []
-    for s, e, sent in sentences(text, spans):
+    sents = sentences(text, spans)
+    for i, (s, e, sent) in enumerate(sents):
         if not _RENEWAL.search(sent):
             continue
         window = None
@@ -393,7 +222,12 @@ def _term(text: str, spans) -> list[RuleHit]:
         length = (period.group(1) or period.group(2)) if period else None
         per = f" for successive periods of {length}" if length else ""
         ref = _WINDOW_REF.search(sent)
-        if window is None and ref:
+        after = _window_after(text, e, sents[i + 1:]) if window is None and not ref else None
+        if after:
+            window = after[0]
+            sev = "high" if window >= 60 else "medium"
+            how = f"it stops only with {after[1]}' notice to terminate (the next sentence)"
+        elif window is None and ref:
             sev, how = "medium", f"the notice window to stop it is set by reference ({ref.group(0)}): check it"
         elif window is None:
             sev, how = "high", "no notice window to stop it is stated"
@@ -474,8 +308,8 @@ def _assignment(text: str, spans) -> list[RuleHit]:
 
 
 RULES = {
-    "liability_cap": _liability,
-    "indemnity": _indemnity,
+    "liability_cap": liability,
+    "indemnity": indemnity,
     "termination": _termination,
     "term": _term,
     "payment": _payment,

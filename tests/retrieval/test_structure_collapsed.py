@@ -67,3 +67,21 @@ def test_a_cross_reference_wrapped_to_the_start_of_a_line_opens_no_section():
     assert [s.number for s in st.sections] == ["4", "4.1", "4.2"]
     assert any(text[u.start:u.end].startswith("During the term, subject to the exceptions in\nClause 4.2, each party")
                for u in st.units)
+
+
+def test_a_run_of_spaces_before_a_bare_numbered_title_or_a_lettered_item_opens_it():
+    """A page joined into one line whose clauses are bare numbers with run-in titles ("   3. Supply. The Maker
+    ...") and lettered items ("   a. Unless ..."): each opens its clause, so a term stated in item "a." is not
+    quoted with the grounds of termination in item "b." after it."""
+    text = ("2. Scope. The Maker supplies the Goods to the Dealer.   3. Ending.   a. Unless ended earlier, this "
+            "Agreement lasts for the period named above (which starts on the Start Date).   b. This Agreement may "
+            "be ended by the Dealer at once if the Maker stops trading.   4. Law. This Agreement is governed by "
+            "the laws of the State of Ohio.\n")
+    names = _names(text)
+    for name in ("2. Scope", "3. Ending", "a.", "b.", "4. Law"):
+        assert name in names, names
+    st = parse_structure(text)
+    dec = draw_candidates(st, "term")
+    assert dec.found
+    cited = " ".join(text[dec.best.start:dec.best.end].split())
+    assert cited.startswith("Unless ended earlier") and cited.endswith("(which starts on the Start Date).")
