@@ -35,6 +35,10 @@ the share of labelled present kinds whose citation is the operative sentence.
     python bench/bench_casefile.py --files 20 --json out.json
     python bench/bench_casefile.py --devset commercial --files 20 --half tuning
     python bench/bench_casefile.py --devset commercial --files 20 --half check-a --show
+    python bench/bench_casefile.py --devset casefile_bounds --files 20   # boundaries only
+
+``--devset casefile_bounds`` (bench/devsets/casefile_bounds, README there) holds agreements without clause
+labels, one a file, for boundaries only: the same seeded case files, scored whole / cut / merged / extra.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from bench.bench_review import COMMERCIAL, COMMERCIAL_TUNING, SCORE, documents  
 TOTALS = ("correct", "wrong", "miss", "false_positive", "inside", "cited", "op_operative", "op_partial", "op_related",
           "op_miss", "whole", "cut", "merged", "extra")
 FILLER = ROOT / "bench" / "devsets" / "selection" / "sources" / "gnu-manuals.txt.gz"
+BOUNDS = ROOT / "bench" / "devsets" / "casefile_bounds"
 _LEGAL = re.compile(r"licen[cs]e|agreement", re.I)
 # The commercial set's check half as it stood when splitting rules were first read on part of it
 # (2026-12-07); sorted by name, every other one is split-tuning (check-a), the rest split-check (check-b).
@@ -154,8 +159,9 @@ def main(argv=None) -> int:
     ap.add_argument("--filler", type=int, nargs=2, default=(2000, 30000), metavar=("MIN", "MAX"),
                     help="characters of filler before each agreement")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--devset", choices=("contracts", "commercial"), default="contracts",
-                    help="contracts: the licences + the shared set; commercial: bench/devsets/commercial")
+    ap.add_argument("--devset", choices=("contracts", "commercial", "casefile_bounds"), default="contracts",
+                    help="contracts: the licences + the shared set; commercial: bench/devsets/commercial; "
+                         "casefile_bounds: unlabelled agreements, boundaries only")
     ap.add_argument("--half", choices=("all", "tuning", "check", "check-a", "check-b"), default="all",
                     help="draw the agreements from one half of the commercial set's split only; check-a / check-b: "
                          "every other document of the check half by name (split-tuning / split-check)")
@@ -165,6 +171,10 @@ def main(argv=None) -> int:
                     help="write the first case file's text here and stop (e.g. --agreements 5 --filler 70000 90000: "
                          "~120K tokens, the main job's long run in RELIABILITY.md)")
     args = ap.parse_args(argv)
+    if args.devset == "casefile_bounds":
+        if args.half != "all":
+            ap.error("--half reads the commercial set's split: use it with --devset commercial")
+        return _bounds_only(args)
     if args.devset == "commercial":
         labels = SCORE.load_labels([COMMERCIAL])
         operative = SCORE.load_operative_dirs([COMMERCIAL])
@@ -217,6 +227,28 @@ def main(argv=None) -> int:
         t["operative_rate"] = round(t["op_operative"] / ops, 3) if ops else None
         print(f"{mode:8s} {t['correct']:8d} {t['wrong']:6d} {t['miss']:5d} {t['false_positive']:4d} "
               f"{t['recall']!s:>7s} {t['inside_share']!s:>7s} {t['operative_rate']!s:>10s}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "totals": out}, indent=1))
+    return 0
+
+
+def _bounds_only(args) -> int:
+    """Boundaries only: the seeded case files of an unlabelled set, whole / cut / merged / extra."""
+    docs = {p.stem: p.read_text(encoding="utf-8") for p in sorted(BOUNDS.glob("*.txt"))}
+    filler = gzip.open(FILLER, "rt", encoding="utf-8").read()
+    rng = random.Random(args.seed)
+    out = dict.fromkeys(("whole", "cut", "merged", "extra"), 0)
+    for _ in range(args.files):
+        text, spans = build_case_file(rng, docs, filler, args.agreements, tuple(args.filler))
+        for k, v in split_outcomes(split_documents(text), spans).items():
+            out[k] += v
+        if args.show:
+            _show(text, spans)
+    n = min(args.agreements, len(docs))
+    print(f"{args.files} case files x {n} agreements (seed {args.seed}; {args.devset}: {len(docs)} documents), "
+          "boundaries only")
+    print(f"split: {out['whole']} of {out['whole'] + out['cut'] + out['merged']} agreements found whole "
+          f"({out['cut']} cut, {out['merged']} merged), {out['extra']} extra documents in filler")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "totals": out}, indent=1))
     return 0
