@@ -133,6 +133,12 @@ def _letter_style(num: str) -> str:
     return kind.upper() if num.isupper() else kind
 
 
+# The opening of a sentence set in capitals, not a title: "8.2 WITH THE EXCEPTION OF MEMBER'S: (A) ... , THE TOTAL
+# LIABILITY ... SHALL BE LIMITED TO ...", "EXCEPT AS PROVIDED IN SECTION 9:", "SUBJECT TO SECTION 4:".
+_SENTENCE_LEAD = re.compile(r"(?:with\s+the\s+exception\s+of|except|excluding|subject\s+to|notwithstanding|"
+                            r"without\s+limiting|in\s+no\s+event|to\s+the\s+(?:maximum\s+|fullest\s+)?extent)\b", re.I)
+
+
 def _inline_title(text: str, start: int, end: int) -> tuple[str, int] | None:
     """A short title after a clause number: "Liability Caps." of "8.1 Liability Caps. Each party".
 
@@ -147,7 +153,7 @@ def _inline_title(text: str, start: int, end: int) -> tuple[str, int] | None:
         return None
     cand = text[start:m.start()].strip().strip("*_# ").strip()
     words = _WORD.findall(cand)
-    if not words or len(cand.split()) > 10 or len(cand) < 3 or _VERBS.search(cand):
+    if not words or len(cand.split()) > 10 or len(cand) < 3 or _VERBS.search(cand) or _SENTENCE_LEAD.match(cand):
         return None
     sig = [w for w in words if w.lower() not in _SMALL_WORDS]
     if not sig or sum(w[0].isupper() for w in sig) / len(sig) < 0.75:

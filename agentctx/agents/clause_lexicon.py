@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from .clause_patterns import (
     ASSIGN_CONDITION,
     CARRIAGE_COSTS,
+    CONFIDENTIAL_DENIED,
     CONSENT,
     COST_OF_REPAIR,
     DENIED_INDEMNITY,
@@ -39,6 +40,7 @@ from .clause_patterns import (
     EXCUSED_EVENT,
     FEE_TAKEN,
     IN_CONFIDENCE,
+    LIABILITY_LIMITED_TO,
     LIST_NOT_DISCLOSE,
     MAKE_PAYMENT,
     MAY_BE_TRANSFERRED_ONLY,
@@ -52,6 +54,7 @@ from .clause_patterns import (
     PARTY_MAY_TERMINATE,
     PARTY_ROLES,
     PASSIVE_NONDISCLOSURE,
+    PAY_DENIED,
     PAY_SCHEDULE,
     PROMISE_TO_PAY_SIDES,
     PURCHASE_AT_PRICE,
@@ -194,8 +197,8 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
                      r"\baccounts?\s+(?:payable|receivable)\b",
                      # the duty denied: "Customer will have no obligation to pay any fees that Provider invoices
                      # more than 120 days after ...", "is not under any obligation to make any payment"
-                     r"\b(?:no|not\s+(?:\w+\s+){0,2}any)\s+(?:obligation|duty|liability|requirement)\s+to\s+"
-                     r"(?:pay|make\s+(?:any\s+)?payments?)\b",
+                     # "is not under any obligation to make any payment", "shall not be obligated to pay for ..."
+                     PAY_DENIED,
                      OWN_COSTS, CARRIAGE_COSTS),
         title_negative=_rx(r"\binsurance\b", r"\bdefinitions?\b"),
     ),
@@ -239,7 +242,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\b(?:total|aggregate|entire|maximum|cumulative)\s+(?:\w+\s+){0,3}liability\b",
             r"\bliability\b[^.;]{0,80}\b(?:shall|will|does|is|not\s+to)\s+not\s+exceed\b|\bnot\s+exceed\b",
             # "our liability to you ... shall furthermore be limited to the total amount of the fees you paid"
-            r"\bliability\b[^.;]{0,80}\b(?:is|are|shall|will)\s+(?:\w+\s+){0,2}limited\s+to\b",
+            LIABILITY_LIMITED_TO,
             r"\bcapped\s+at\b|\bliability\s+cap\b|\bthe\s+cap\s+(?:equals|is)\b",
             r"\b(?:indirect|incidental|special|consequential|exemplary|punitive)\b[^.]{0,80}\bdamages\b",
             r"\blimitation\s+of\s+liability\b",
@@ -284,7 +287,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
             r"\b(?:regard|consider)s?\b[^.;]{0,80}\b(?:as|to\s+be)\s+(?:strictly\s+)?confidential\b",
             # "we'll maintain (preserve) the confidentiality of everything you give us"
             r"\b(?:keep|maintain|preserve)\s+(?:the\s+)?confidentiality\s+of\b",
-            r"\b(?:not|never)\s+(?:to\s+)?(?:use\s+or\s+)?disclose\b",
+            r"\b(?:not|never)\s+(?:to\s+)?(?:use\s+or\s+)?(?:disclose|divulge)\b",  # "(i) not to divulge to any ..."
             # the duty in the passive: "Proprietary Information shall not be disclosed, used or reproduced"
             PASSIVE_NONDISCLOSURE,
             NOR_DISCLOSE,  # "...; nor shall a party ... disclose any such Proprietary Information"
@@ -298,11 +301,7 @@ LEXICON: dict[str, KindLexicon] = {k.kind: k for k in [
                      # other side's information
                      r"\b(?:passwords?|passphrases?|credentials|api\s+keys?|access\s+tokens?|"
                      r"passcodes?|(?:log-?in|log-?on|sign-?in|log|account|profile)\s+(?:details|information))\b",
-                     # the duty denied: "will (generally) not keep the details of the Work confidential", "will not
-                     # be treated as confidential" (an adverb may sit between; "shall not disclose and keep
-                     # confidential" is still the duty)
-                     r"\b(?:not|never)\s+(?:\w+ly\s+)?(?:be\s+)?(?:keep|hold|treat|regard|consider|kept|held|"
-                     r"treated|regarded|considered)\b[^.;]{0,80}\b(?:confidential|in\s+confidence|secret)\b",
+                     CONFIDENTIAL_DENIED,
                      # the scope of a permission: "to the extent needed to protect confidential information, X may
                      # redact ..."
                      r"\bto\s+the\s+extent\s+(?:necessary|needed|required|reasonably\s+necessary)\s+to\s+protect\b",

@@ -53,6 +53,7 @@ from .clause_lexicon import (
     TO_BE_PAID,
     TO_RECEIVE_PAY,
 )
+from .clause_patterns import CAP_AMOUNT
 
 __all__ = ["OperativeLexicon", "OPERATIVE", "CORE_BONUS", "MAX_CORE", "RELATED_PENALTY", "DEFINITION",
            "operative_adjustment"]
@@ -85,8 +86,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
         core=_rx(
             r"\bliab\w*\b[^.]{0,200}\b(?:shall|will|does|do|is|are|to)\s+not\s+exceed\b",
             r"\bliab\w*\b[^.]{0,200}\bexceed\b",  # "in no event will X's total liability ... exceed"
-            r"(?<!not )\blimited\s+to\s+(?:the\s+)?(?:amount|fees|sums?|total|aggregate|greater|lesser|charges|"
-            r"price|(?:US\s?)?\$|€|£|\d)",
+            rf"(?<!not )\blimited\s+to\s+{CAP_AMOUNT}",  # "limited to the fees paid", "to five hundred dollars"
             r"\b(?:greater|lesser)\s+of\b",
             r"\bamounts?\s+(?:actually\s+)?(?:paid|payable|received)\b|\bfees\s+(?:actually\s+)?(?:paid|payable)\b",
             r"\b(?:preceding|prior|previous)\s+(?:\w+\s+)?(?:\(?\d+\)?\s+)?months\b",
@@ -195,7 +195,7 @@ OPERATIVE: dict[str, OperativeLexicon] = {k.kind: k for k in [
         "confidentiality",
         core=_rx(
             r"\b(?:will|shall|must|agrees?\s+to|may)\s+not\s+(?:\w+\s+){0,3}(?:use|disclose)\b",
-            r"\b(?:not|never|nor)\s+(?:to\s+)?(?:use\s+or\s+)?disclose\b",
+            r"\b(?:not|never|nor)\s+(?:to\s+)?(?:use\s+or\s+)?(?:disclose|divulge)\b",
             r"\bneither\s+party\s+(?:will|shall|may)\s+(?:\w+\s+){0,2}(?:use|disclose)\b",
             r"\b(?:only|solely)\s+(?:use|to\s+use)\b|\buse\b[^.;]{0,80}\b(?:only|solely)\s+(?:for|to|in\s+connection)\b",
             # "hold in the strictest confidence", "will not (i) use ... or (ii) disclose": enumerated duties

@@ -17,7 +17,8 @@ __all__ = ["PARTY_ROLES", "FEE_TAKEN", "DURATION_UNTIL_TERMINATED", "MAY_END", "
            "PAID_BY_WHEN", "CARRIAGE_COSTS", "OWN_COSTS", "PURCHASE_AT_PRICE", "EXCUSED_EVENT", "REFUND_LIMIT",
            "PARTY_MAY_TERMINATE", "PASSIVE_NONDISCLOSURE",
            "DENIED_INDEMNITY", "NEITHER_MAY_ASSIGN", "NOR_DISCLOSE", "IN_CONFIDENCE",
-           "LIST_NOT_DISCLOSE", "legal_voice"]
+           "LIST_NOT_DISCLOSE", "CAP_AMOUNT", "PAY_DENIED", "LIABILITY_LIMITED_TO", "CONFIDENTIAL_DENIED",
+           "legal_voice"]
 
 # Words that name a side of an agreement; a definition of one ("'Licensor' means ...") names a party.
 PARTY_ROLES = frozenset("""licensor licensee licensors licensees you your recipient contributor contributors customer
@@ -140,8 +141,33 @@ IN_CONFIDENCE = r"in\s+(?:(?:the\s+)?strict(?:est)?\s+|trust\s+and\s+)?confidenc
 # A duty not to disclose set as a lead-in and its list: "You will neither during Your employment nor at any time
 # after ..., directly or indirectly: (a) use for personal purposes ...; or (b) disclose to any person ...". The
 # items carry the verbs; the lead-in's "not" or "neither" carries the duty.
+# Or the lead-in names who promises and the first item says what: "The Receiving Party agrees: (i) not to divulge
+# to any third person any such Confidential Information; (ii) ...".
 LIST_NOT_DISCLOSE = (r"\b(?:will|shall|must|agrees?\s+to|undertakes?\s+to)\s+(?:not|neither)\b[^.:]{0,300}:\s"
-                     r"[^.]{0,600}?\bdisclose\b")
+                     r"[^.]{0,600}?\b(?:disclose|divulge)\b|"
+                     r"\b(?:agrees?|undertakes?|covenants?)(?:\s+(?:that\s+it\s+will|as\s+follows))?:\s*"
+                     r"(?:\(?[a-z]{1,2}\)|\(?[ivx]{1,4}\))?\s*not\s+to\s+(?:\w+\s+){0,2}(?:disclose|divulge)\b")
+
+
+# What a cap is limited to: an amount, a sum named in words ("FIVE HUNDRED U.S. DOLLARS"), the fees or a formula.
+CAP_AMOUNT = (r"(?:the\s+)?(?:amount|fees|sums?|total|aggregate|greater|lesser|charges|price|(?:US\s?)?\$|€|£|\d|"
+              r"(?:[a-z]+[\s-]+){1,4}(?:u\.?s\.?\s+)?(?:dollars|euros?|pounds))")
+# The duty to pay denied: "will have no obligation to pay any fees invoiced late", "is not under any obligation to
+# make any payment", "Member shall not be obligated (required) to pay for any such use".
+PAY_DENIED = (r"\b(?:no|not\s+(?:\w+\s+){0,2}any)\s+(?:obligation|duty|liability|requirement)\s+to\s+"
+              r"(?:pay|make\s+(?:any\s+)?payments?)\b|"
+              r"\bnot\s+(?:be\s+)?(?:obligated|obliged|required|liable)\s+to\s+(?:pay|make\s+(?:any\s+)?payments?)\b")
+
+
+# "our liability to you ... shall furthermore be limited to the total amount of the fees you paid", or, further on
+# in a long sentence, limited to an amount: "THE TOTAL, CUMULATIVE LIABILITY OF EACH PARTY ARISING OUT OF ... SHALL
+# BE LIMITED TO FIVE HUNDRED U.S. DOLLARS ($500.00)".
+LIABILITY_LIMITED_TO = (r"\bliability\b[^.;]{0,80}\b(?:is|are|shall|will)\s+(?:\w+\s+){0,2}limited\s+to\b|"
+                        rf"\bliability\b[^.;]{{0,300}}\b(?:is|are|shall|will)\s+(?:\w+\s+){{0,2}}limited\s+to\s+{CAP_AMOUNT}")
+# Confidentiality denied: "will (generally) not keep the details of the Work confidential", "will not be treated as
+# confidential" (an adverb may sit between; "shall not disclose and keep confidential" is still the duty).
+CONFIDENTIAL_DENIED = (r"\b(?:not|never)\s+(?:\w+ly\s+)?(?:be\s+)?(?:keep|hold|treat|regard|consider|kept|held|"
+                       r"treated|regarded|considered)\b[^.;]{0,80}\b(?:confidential|in\s+confidence|secret)\b")
 
 
 # What makes a sentence read as a contract's and not as a manual's: it names an instrument or a side,

@@ -34,8 +34,9 @@ _LAW_ADJ = re.compile(r"\b(?:governed\s+by|subject\s+to|in\s+accordance\s+with|u
 _VENUE = re.compile(r"\b(?:courts?|tribunals?)\s+(?:of|in|located\s+in|sitting\s+in|situated\s+in|residing\s+in)\s+"
                     r"(?:the\s+)?"
                     r"(?P<venue>(?:" + _STATE_WORDS + r"|[Cc]ounty|[Cc]ity)(?:\s+and\s+[Cc]ounty)?\s+of\s+[A-Z][\w]*"
-                    r"(?:\s+[A-Z][\w]*)*|[A-Z][\w]*(?:\s+(?:and\s+)?[A-Z][\w]*)*)"
-                    # a county or city with its state: "San Francisco County, California"
+                    r"(?:\s+[A-Z][\w]*)*|[A-Z][\w]*(?:\s+(?:and\s+)?[A-Z][\w]*)*(?:\s+(?:county|city|parish)\b)?)"
+                    # a county or city with its state: "San Francisco County, California" ("San Francisco county,
+                    # California", the word in lower case)
                     r"(?P<within>,\s*[A-Z][\w]*(?:\s+[A-Z][\w]*)*)?")
 # "the California courts", "the English courts" (not "the Federal courts", "the State courts").
 _VENUE_ADJ = re.compile(r"\bthe\s+(?P<venue>(?!(?:Federal|State|Supreme|District|County|Local|Competent|Relevant)\b)"

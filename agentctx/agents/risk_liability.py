@@ -26,12 +26,14 @@ _UNLIMITED = re.compile(r"\bunlimited\s+liability\b|"
 # "the liability of either party for", "liability to the Customer for": whose liability, before what for.
 _WHOSE = r"(?:\s+(?:of|to)\s+[^.;:]{1,40}?)?"
 _CARVE = re.compile(r"\b(?:cap|limitations?|limits?|exclusions?)\b[^.;]{0,80}\b(?:does|do|shall|will)\s+not\s+apply\b|"
-                    r"\b(?:except|excluding|other\s+than|save)\s+(?:for\s+|in\s+(?:the\s+)?cases?\s+of\s+)?"
-                    r"[^.;]{0,120}\b(?:indemnit|confidential|infring|gross\s+negligence|wil(?:l)?ful|fraud|death|"
+                    r"\b(?:except|excluding|other\s+than|save|with\s+the\s+exception\s+of)\s+"
+                    r"(?:for\s+|in\s+(?:the\s+)?cases?\s+of\s+)?"
+                    r"[^.;]{0,120}\b(?:indemni(?:t|fication)|confidential|infring|gross\s+negligence|wil(?:l)?ful|fraud|death|"
                     r"personal\s+injury|data)|"
                     r"\b(?:neither\s+party\s+|nothing\b[^.;]{0,60}\b)(?:excludes?|limits?)\b"
                     r"[^.;]{0,40}\bliability" + _WHOSE + r"\s+for\b", re.I)
-_BIG_EXPOSURE = re.compile(r"\bindemnit|\bconfidential|\binfring|\bdata\b|\bintellectual\s+property\b", re.I)
+_BIG_EXPOSURE = re.compile(r"\bindemni(?:t|fication)|\bconfidential|\binfring|\bdata\b|\bintellectual\s+property\b",
+                           re.I)
 
 
 _WAIVER = re.compile(r"\b(?:indirect|consequential|incidental|special|punitive|exemplary)\b[^.;]{0,80}\bdamages\b|"
@@ -47,7 +49,7 @@ _DEFINED_CARVE = re.compile(r"\bnot\s+apply\s+to\s+(?:any\s+|the\s+)?(?P<term>(?
 # What a carve-out excepts, read apart from the rest of the sentence: "Except in the cases of wilful
 # misconduct ..., the Licensor will not be liable for ... loss of data" excepts wilful misconduct, not data.
 _NOT_APPLY = re.compile(r"\b(?:does|do|shall|will)\s+not\s+apply\s+to\b", re.I)
-_EXCEPT = re.compile(r"\b(?:except|excluding|other\s+than|save)\b", re.I)
+_EXCEPT = re.compile(r"\b(?:except|excluding|other\s+than|save|with\s+the\s+exception\s+of)\b", re.I)
 _MAIN_CLAUSE = re.compile(r",\s*(?:the|each|either|neither|in\s+no|under\s+no|[A-Z])|;")
 _USUAL_NAMES = (("death", r"\bdeath\b"), ("personal injury", r"\bpersonal\s+injury\b"),
                 ("harm to natural persons", r"\bnatural\s+persons?\b"), ("fraud", r"\bfraud"),
@@ -188,6 +190,17 @@ _OPT_IN = re.compile(r"\b(?:warrant(?:y|ies)|support|liability)\b[^.;]{0,80}\b(?
 # "agrees to indemnify and save harmless Us": a site's or provider's terms written as "we"; the side
 # that indemnifies "us" is the user's.
 _INDEMNIFIES_US = re.compile(r"^[^.;,]{0,40}?\b(?:us|we)\b", re.I)
+# The side a form defines as whoever signs or accepts it ("the Open Source Organization ... signing or
+# electronically accepting this Agreement ("Member")"): the reader's own side, as "you" is.
+_ACCEPTING_SIDE = re.compile(r"\b(?:signing|accepting|executing)\s+"
+                             r"(?:or\s+(?:electronically\s+)?(?:accepting|signing)\s+)?"
+                             r"(?:this|these)\s+(?:Agreement|Terms|Contract)\b[^.;()]{0,60}\(\s*[\"\u201c]"
+                             r"(?P<name>[^\"\u201d]{1,40})[\"\u201d]\s*\)")
+
+
+def _accepting_side(text: str) -> str | None:
+    m = _ACCEPTING_SIDE.search(text[:6000])
+    return m["name"].strip().lower() if m else None
 
 
 def indemnity(text: str, spans) -> list[RuleHit]:
@@ -209,7 +222,7 @@ def indemnity(text: str, spans) -> list[RuleHit]:
     # "I agree to indemnify ...": a form written in the first person of whoever signs it (a presenter's
     # or volunteer's release); the signer is the reader's own side.
     signer = name == "i"
-    customer = bool(_CUSTOMER_SIDE.search(name)) or to_us or signer
+    customer = bool(_CUSTOMER_SIDE.search(name)) or to_us or signer or name == _accepting_side(text)
     side = "your side (I, the signer)" if signer else "your side (" + name + ")" if customer else name
     if not standing:
         return [RuleHit("one_sided_indemnity", "indemnity", "low", s, e,

@@ -106,9 +106,26 @@ _FOR_CAUSE = re.compile(r"\bbreach|\bcure\b|\binsolv|\bbankrupt", re.I)
 _IN_LIEU = re.compile(r"\bin\s+lieu\s+of\b[^.;]{0,60}\bnotice\b", re.I)
 
 
+# A right to end the agreement on notice alone, no ground named: "either Party may terminate this Agreement upon
+# sixty (60) days' prior written notice", "either party may end this agreement on six months' notice".
+_ON_NOTICE = re.compile(r"\b(?:may|can|(?:is|are)\s+entitled\s+to|(?:has|have)\s+the\s+right\s+to)\s+(?:\w+\s+){0,2}"
+                        r"(?:terminate|end|cancel)\s+(?:this|the)\s+(?:agreement|contract|licen[cs]e)\b,?\s*"
+                        r"(?:at\s+any\s+time\s+)?,?\s*(?:upon|on|by\s+giving|with|after)\s+(?:at\s+least\s+)?"
+                        r"(?:[a-z]+(?:-[a-z]+)?\s+)?\(?\d{0,3}\)?\s*(?:business\s+|calendar\s+)?(?:days?|weeks?|months?)"
+                        r"['\u2019]?\s+(?:prior\s+|advance\s+)?(?:written\s+)?notice\b(?P<rest>[^.;]*)", re.I)
+
+
+def _on_notice_alone(sent: str) -> bool:
+    """A right to end the agreement on a period of notice, with no condition or cause in the sentence."""
+    m = _ON_NOTICE.search(sent)
+    return bool(m and not _CONDITION.search(sent) and not _FOR_CAUSE.search(sent))
+
+
 def _convenience(sent: str, lead: str | None) -> bool:
     """A right to terminate without cause in this sentence (or in this item under ``lead``)."""
     m = _CONVENIENCE.search(sent)
+    if not m and _on_notice_alone(sent):
+        return True
     if not m:
         return bool(_GROUND.search(sent) and lead is not None and re.search(r"\bterminat", lead, re.I)
                     and _POWER.search(lead))
@@ -132,6 +149,20 @@ def _convenience(sent: str, lead: str | None) -> bool:
     return bool(_POWER.search(sent) or (lead is not None and _POWER.search(lead)))
 
 
+_MONTHS_NOTICE = re.compile(r"\b(?:(?P<word>[a-z]+)\s+)?(?:\((?P<num>\d{1,2})\)\s+|(?P<fig>\d{1,2})\s+)?"
+                            r"(?:calendar\s+)?months?['\u2019]?\s+(?:prior\s+|advance\s+)?(?:written\s+)?notice\b",
+                            re.I)
+
+
+def _notice_months_days(sentence: str) -> int | None:
+    """A notice period given in months, as days (30 a month); None when there is none."""
+    m = _MONTHS_NOTICE.search(sentence)
+    if not m:
+        return None
+    n = m["num"] or m["fig"] or _NUMBER_WORDS.get((m["word"] or "").lower())
+    return 30 * int(n) if n else None
+
+
 def _notice_days(sentence: str) -> int | None:
     m = _NOTICE_DAYS.search(sentence)
     if m:
@@ -153,6 +184,8 @@ def _termination(text: str, spans) -> list[RuleHit]:
         if not _convenience(sent, lead):
             continue
         days = _notice_days(sent)
+        if days is None:
+            days = _notice_months_days(sent)  # "on six (6) months' notice", "on six months' notice"
         prev_end = e
         for ns, ne, nxt in sents[i + 1:i + 3]:
             if days is not None or re.search(r"\n\s*\n", text[prev_end:ns]) or _FOR_CAUSE.search(nxt):
@@ -176,8 +209,14 @@ def _termination(text: str, spans) -> list[RuleHit]:
 
 
 # ---------------------------------------------------------------- term
+# A renewal need not say "automatically": "Each Subscription Term will renew for successive periods unless ...".
 _RENEWAL = re.compile(r"\brenew(?:s|ed)?\s+automatically\b|\bautomatic(?:ally)?\s+renew|\bauto-?renew|"
-                      r"\bshall\s+be\s+(?:automatically\s+)?renewed\b|\bevergreen\b", re.I)
+                      r"\bshall\s+be\s+(?:automatically\s+)?renewed\b|\bevergreen\b|"
+                      r"\b(?:shall|will)\s+renew\s+for\s+(?:successive|additional|further|subsequent)\b", re.I)
+# A non-renewal notice that may be given at any time before the term ends: "unless either party gives notice of its
+# intention not to renew prior to the expiration of the current Subscription Term".
+_ANY_TIME_BEFORE_END = re.compile(r"\b(?:not\s+to\s+renew|non-?renewal)\b[^.;]{0,40}\b(?:prior\s+to|before)\s+"
+                                  r"(?:the\s+)?(?:expiration|expiry|end)\b", re.I)
 # A non-renewal window set elsewhere: "before the Non-Renewal Notice Date", "within the Notice Period".
 _WINDOW_REF = re.compile(r"\b(?:[A-Z][\w-]*\s+){0,3}Notice\s+(?:Date|Period|Deadline|Window)\b|"
                          r"\b(?:as|the\s+period)\s+(?:set\s+out|specified|stated)\s+in\s+(?:the\s+)?[A-Z][\w ]{2,40}")
@@ -206,6 +245,23 @@ def _window_after(text: str, end: int, following) -> tuple[int, str] | None:
     return None
 
 
+# A renewal that points to the termination clause for how it stops: "shall automatically renew ... unless
+# terminated as described below", "unless terminated in accordance with Section 5.2".
+_UNLESS_TERMINATED_AS = re.compile(r"\bunless\s+(?:sooner\s+|earlier\s+)?terminated\s+(?:as\s+(?:described|provided|"
+                                   r"set\s+(?:out|forth))|in\s+accordance\s+with|pursuant\s+to|under)\b", re.I)
+
+
+def _window_below(sent: str, following) -> int | None:
+    """Days of notice of the first right to terminate without cause in the sentences after a renewal that
+    points to its termination clause ("unless terminated as described below"); None when there is none."""
+    if not _UNLESS_TERMINATED_AS.search(sent):
+        return None
+    for _, _, nxt in following:
+        if _convenience(nxt, None):
+            return _notice_days(nxt) or _notice_months_days(nxt)
+    return None
+
+
 def _term(text: str, spans) -> list[RuleHit]:
     hits = []
     sents = sentences(text, spans)
@@ -223,12 +279,19 @@ def _term(text: str, spans) -> list[RuleHit]:
         per = f" for successive periods of {length}" if length else ""
         ref = _WINDOW_REF.search(sent)
         after = _window_after(text, e, sents[i + 1:]) if window is None and not ref else None
+        below = _window_below(sent, sents[i + 1:i + 7]) if window is None and not ref and not after else None
         if after:
             window = after[0]
             sev = "high" if window >= 60 else "medium"
             how = f"it stops only with {after[1]}' notice to terminate (the next sentence)"
+        elif below is not None:
+            window = below
+            sev = "high" if window >= 60 else "medium"
+            how = f"it stops only with {window} days' notice to terminate (the termination right it points to)"
         elif window is None and ref:
             sev, how = "medium", f"the notice window to stop it is set by reference ({ref.group(0)}): check it"
+        elif window is None and _ANY_TIME_BEFORE_END.search(sent):
+            window, sev, how = 0, "medium", "a notice of non-renewal given any time before the term ends stops it"
         elif window is None:
             sev, how = "high", "no notice window to stop it is stated"
         else:
@@ -243,9 +306,11 @@ def _term(text: str, spans) -> list[RuleHit]:
 
 # ---------------------------------------------------------------- payment
 _DUE = re.compile(r"\b(?:payable|due|paid|pay)\b[^.;]{0,60}\bwithin\b", re.I)
-_LATE = re.compile(r"\blate\s+payments?\b[^.;]{0,80}\binterest\b|\binterest\b[^.;]{0,60}\b(?:late|overdue|unpaid)\b",
-                   re.I)
-_RATE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:%|percent|per\s+cent)\s*(?:per\s+(annum|year|month)|a\s+(year|month))?",
+# "Any unpaid Fees are subject to a finance charge of one percent (1.0%) per month": a finance or late charge on
+# unpaid sums is interest by another name.
+_LATE = re.compile(r"\blate\s+payments?\b[^.;]{0,80}\binterest\b|\binterest\b[^.;]{0,60}\b(?:late|overdue|unpaid)\b|"
+                   r"\b(?:late|overdue|unpaid)\b[^.;]{0,60}\b(?:finance|late|service)\s+charges?\b", re.I)
+_RATE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:%|percent|per\s+cent)\)?\s*(?:per\s+(annum|year|month)|a\s+(year|month))?",
                    re.I)
 
 
@@ -274,7 +339,7 @@ def _payment(text: str, spans) -> list[RuleHit]:
                 per = (rate.group(2) or rate.group(3) or "year").lower()
                 yearly = value * 12 if per == "month" else value
                 sev = "high" if yearly >= 18 else "medium"
-                what = f"at {rate.group(0).strip()}"
+                what = f"at {rate.group(0).replace(')', '').strip()}"  # "one percent (1.0%) per month"
             else:
                 sev, what, yearly = "medium", "at a rate set elsewhere in the contract", None
             hits.append(RuleHit("late_payment_interest", "payment", sev, s, e,
@@ -294,10 +359,18 @@ _NO_CONSENT = re.compile(r"\bwithout\s+(?:the\s+)?(?:[\w'\u2019]+\s+){0,3}consen
                          r"\bfreely\b|\bwithout\s+(?:such\s+)?approval\b", re.I)
 
 
+# The free assignment set as the exception to a consent requirement: "... not assignable ... without the other
+# party's prior written consent ...; provided that either party may transfer and/or assign this Agreement to a
+# successor in the event of a sale of all, or substantially all, of its business".
+_FREE_PROVISO = re.compile(r"\b(?:provided\s+(?:that|however)|except\s+that|however)\b,?[^.;]{0,40}?\bmay\s+"
+                           r"(?:freely\s+)?(?:assign|transfer)\b", re.I)
+
+
 def _assignment(text: str, spans) -> list[RuleHit]:
     hits = []
     for s, e, sent in sentences(text, spans):
-        if _COC.search(sent) and _ASSIGN_FREE.search(sent) and _NO_CONSENT.search(sent) \
+        free = _NO_CONSENT.search(sent) or _FREE_PROVISO.search(sent)
+        if _COC.search(sent) and _ASSIGN_FREE.search(sent) and free \
                 and not re.search(r"\b(?:may|shall|will)\s+not\s+assign\b", sent, re.I):
             hits.append(RuleHit("assignment_change_of_control", "assignment", "high", s, e,
                                 "A party may assign the agreement on a change of control, merger, sale of its "
