@@ -39,6 +39,8 @@ the share of labelled present kinds whose citation is the operative sentence.
 
 ``--devset casefile_bounds`` (bench/devsets/casefile_bounds, README there) holds agreements without clause
 labels, one a file, for boundaries only: the same seeded case files, scored whole / cut / merged / extra.
+``--devset casefile_bounds2`` is a second such set (bench/devsets/casefile_bounds2), built blind after the first
+was spent.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ TOTALS = ("correct", "wrong", "miss", "false_positive", "inside", "cited", "op_o
           "op_miss", "whole", "cut", "merged", "extra")
 FILLER = ROOT / "bench" / "devsets" / "selection" / "sources" / "gnu-manuals.txt.gz"
 BOUNDS = ROOT / "bench" / "devsets" / "casefile_bounds"
+BOUNDS2 = ROOT / "bench" / "devsets" / "casefile_bounds2"  # the second blind set (README there)
 _LEGAL = re.compile(r"licen[cs]e|agreement", re.I)
 # The commercial set's check half as it stood when splitting rules were first read on part of it
 # (2026-12-07); sorted by name, every other one is split-tuning (check-a), the rest split-check (check-b).
@@ -159,9 +162,10 @@ def main(argv=None) -> int:
     ap.add_argument("--filler", type=int, nargs=2, default=(2000, 30000), metavar=("MIN", "MAX"),
                     help="characters of filler before each agreement")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--devset", choices=("contracts", "commercial", "casefile_bounds"), default="contracts",
+    ap.add_argument("--devset", choices=("contracts", "commercial", "casefile_bounds", "casefile_bounds2"),
+                    default="contracts",
                     help="contracts: the licences + the shared set; commercial: bench/devsets/commercial; "
-                         "casefile_bounds: unlabelled agreements, boundaries only")
+                         "casefile_bounds, casefile_bounds2: unlabelled agreements, boundaries only")
     ap.add_argument("--half", choices=("all", "tuning", "check", "check-a", "check-b"), default="all",
                     help="draw the agreements from one half of the commercial set's split only; check-a / check-b: "
                          "every other document of the check half by name (split-tuning / split-check)")
@@ -171,7 +175,7 @@ def main(argv=None) -> int:
                     help="write the first case file's text here and stop (e.g. --agreements 5 --filler 70000 90000: "
                          "~120K tokens, the main job's long run in RELIABILITY.md)")
     args = ap.parse_args(argv)
-    if args.devset == "casefile_bounds":
+    if args.devset in ("casefile_bounds", "casefile_bounds2"):
         if args.half != "all":
             ap.error("--half reads the commercial set's split: use it with --devset commercial")
         return _bounds_only(args)
@@ -234,7 +238,8 @@ def main(argv=None) -> int:
 
 def _bounds_only(args) -> int:
     """Boundaries only: the seeded case files of an unlabelled set, whole / cut / merged / extra."""
-    docs = {p.stem: p.read_text(encoding="utf-8") for p in sorted(BOUNDS.glob("*.txt"))}
+    folder = BOUNDS2 if args.devset == "casefile_bounds2" else BOUNDS
+    docs = {p.stem: p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.txt"))}
     filler = gzip.open(FILLER, "rt", encoding="utf-8").read()
     rng = random.Random(args.seed)
     out = dict.fromkeys(("whole", "cut", "merged", "extra"), 0)

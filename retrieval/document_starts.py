@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from .document_evidence import evidence_opens
 from .document_titles import INSTRUMENT as _INSTRUMENT
 from .document_titles import LEGAL_WORDS, drafting_block, is_title, restarts_numbering
 from .document_titles import NUMBERED as _NUMBERED
@@ -85,7 +86,8 @@ def opening_sentence(text: str, b) -> bool:
 def opens(text: str, bl, k: int) -> bool:
     """Whether block ``k`` opens a document: an agreement's preamble sentence, or a title line
     naming an instrument after which the numbering starts again at 1 (see :func:`is_title`), or
-    an untitled "These terms govern ..." paragraph after text that is no drafting (``_GOVERNS``)."""
+    an untitled "These terms govern ..." paragraph after text that is no drafting (``_GOVERNS``), or a block
+    whose evidence passes :func:`.document_evidence.evidence_opens` (title, preamble, what precedes and follows)."""
     b = bl[k]
     if not b.heading and opening_sentence(text, b):
         return True
@@ -94,7 +96,7 @@ def opens(text: str, bl, k: int) -> bool:
     if (not b.heading and k + 1 < len(bl) and _OPENING_DATED.match(text[b.start:min(b.end, b.start + 600)])
             and _PARTIES_NEXT.match(text[bl[k + 1].start:bl[k + 1].end])):
         return True  # "This Agreement is dated ..." with "BETWEEN:" / "PARTIES" below it
-    return is_title(text, bl, k) or _is_acceptance(text, bl, k)
+    return is_title(text, bl, k) or _is_acceptance(text, bl, k) or evidence_opens(text, bl, k)
 
 
 def _after_other_text(text: str, bl, k: int) -> bool:

@@ -231,6 +231,8 @@ def is_title(text: str, bl, k: int) -> bool:
         return False  # the heading of a licence's operative part (GPL), not a title
     if line[:1].isdigit() and (len(line.split()) < 4 or line.endswith(".")):
         return False  # "1. LICENSE.": a first section; "1. License Agreement for NVIDIA SDKs" may be a title
+    if re.match(r"(?:\#{1,6}\s+)?[A-Z][.)]\s", line):
+        return False  # "### E. General Conditions": a lettered part of the instrument it is in
     if _REFERS.search(line) or _OF_THE.search(line):
         return False  # "Interpreting these Use Terms", "Scope of the Agreement": a clause names its instrument so
     if nxt is not None and _OPERATIVE.match(html_visible(text[nxt.start:nxt.start + 200]).lstrip("*_ \t")):

@@ -27,7 +27,9 @@ of evidence, both plain text:
   document, and a preamble under its title's cover block ("Effective Date: ...") is that document's.
 
 The rules live in :mod:`.document_starts` (openings) and :mod:`.document_titles` (titles and where a
-document begins); this module walks the openings into document spans.
+document begins); openings that no exact rule names are scored on general evidence by :mod:`.document_evidence`
+(a title line, a front matter title or a cover block of parties, a preamble after it, a close or text with no legal
+voice before it, numbering starting at 1 after it). This module walks the openings into document spans.
 
 Exhibits and schedules stay with the agreement they follow when it names them ("Exhibit B")
 unless they open with a preamble of their own. A text with no evidence of several documents is
@@ -41,6 +43,7 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 
+from .document_evidence import evidence_opens, label_above
 from .document_starts import (
     MIN_DOCUMENT_CHARS,
     MIN_TITLED_CHARS,
@@ -118,6 +121,7 @@ def split_documents(text: str) -> list[DocumentPart]:
     starts: list[tuple[int, str]] = []
     for k in openings:
         start, name = title_of(text, bl, k)
+        start = label_above(text, start)  # "Exhibit 10.3" and a letterhead above the title: the document's
         label_at = start  # an attachment's label may sit on the short line right above the title, not a heading
         if k and bl[k - 1].end - bl[k - 1].start <= 80 and bl[k].start - bl[k - 1].end <= TITLE_GAP:
             label_at = min(start, bl[k - 1].start)
@@ -125,7 +129,7 @@ def split_documents(text: str) -> list[DocumentPart]:
             continue  # "EXHIBIT B / STATEMENT OF WORK": part of the agreement before it (a preamble would open one)
         if starts:
             between = text[starts[-1][0]:start]
-            titled = start < bl[k].start or is_title(text, bl, k)
+            titled = start < bl[k].start or is_title(text, bl, k) or evidence_opens(text, bl, k)
             if (titled and not is_title(text, bl, k) and start - starts[-1][0] <= SELF_WINDOW
                     and not title_line_between(text, bl, start, bl[k].start)):
                 titled = False  # a preamble under a cover block ("Effective Date: ...", addresses), no title of its own
