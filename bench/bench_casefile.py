@@ -40,7 +40,7 @@ the share of labelled present kinds whose citation is the operative sentence.
 ``--devset casefile_bounds`` (bench/devsets/casefile_bounds, README there) holds agreements without clause
 labels, one a file, for boundaries only: the same seeded case files, scored whole / cut / merged / extra.
 ``--devset casefile_bounds2`` is a second such set (bench/devsets/casefile_bounds2), built blind after the first
-was spent.
+was spent, and ``--devset casefile_bounds3`` a third (bench/devsets/casefile_bounds3), built blind after the second.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ TOTALS = ("correct", "wrong", "miss", "false_positive", "inside", "cited", "op_o
 FILLER = ROOT / "bench" / "devsets" / "selection" / "sources" / "gnu-manuals.txt.gz"
 BOUNDS = ROOT / "bench" / "devsets" / "casefile_bounds"
 BOUNDS2 = ROOT / "bench" / "devsets" / "casefile_bounds2"  # the second blind set (README there)
+BOUNDS3 = ROOT / "bench" / "devsets" / "casefile_bounds3"  # the third blind set (README there)
+_BOUNDS = {"casefile_bounds": BOUNDS, "casefile_bounds2": BOUNDS2, "casefile_bounds3": BOUNDS3}
 _LEGAL = re.compile(r"licen[cs]e|agreement", re.I)
 # The commercial set's check half as it stood when splitting rules were first read on part of it
 # (2026-12-07); sorted by name, every other one is split-tuning (check-a), the rest split-check (check-b).
@@ -162,10 +164,10 @@ def main(argv=None) -> int:
     ap.add_argument("--filler", type=int, nargs=2, default=(2000, 30000), metavar=("MIN", "MAX"),
                     help="characters of filler before each agreement")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--devset", choices=("contracts", "commercial", "casefile_bounds", "casefile_bounds2"),
+    ap.add_argument("--devset", choices=("contracts", "commercial", *_BOUNDS),
                     default="contracts",
                     help="contracts: the licences + the shared set; commercial: bench/devsets/commercial; "
-                         "casefile_bounds, casefile_bounds2: unlabelled agreements, boundaries only")
+                         "casefile_bounds, casefile_bounds2, casefile_bounds3: unlabelled agreements, boundaries only")
     ap.add_argument("--half", choices=("all", "tuning", "check", "check-a", "check-b"), default="all",
                     help="draw the agreements from one half of the commercial set's split only; check-a / check-b: "
                          "every other document of the check half by name (split-tuning / split-check)")
@@ -175,7 +177,7 @@ def main(argv=None) -> int:
                     help="write the first case file's text here and stop (e.g. --agreements 5 --filler 70000 90000: "
                          "~120K tokens, the main job's long run in RELIABILITY.md)")
     args = ap.parse_args(argv)
-    if args.devset in ("casefile_bounds", "casefile_bounds2"):
+    if args.devset in _BOUNDS:
         if args.half != "all":
             ap.error("--half reads the commercial set's split: use it with --devset commercial")
         return _bounds_only(args)
@@ -238,7 +240,7 @@ def main(argv=None) -> int:
 
 def _bounds_only(args) -> int:
     """Boundaries only: the seeded case files of an unlabelled set, whole / cut / merged / extra."""
-    folder = BOUNDS2 if args.devset == "casefile_bounds2" else BOUNDS
+    folder = _BOUNDS[args.devset]
     docs = {p.stem: p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.txt"))}
     filler = gzip.open(FILLER, "rt", encoding="utf-8").read()
     rng = random.Random(args.seed)

@@ -6,11 +6,13 @@ signs, each weak alone:
 
 * **the opening itself** (at least one is needed): a short title line naming an instrument ("JOINT FILING
   AGREEMENT", a front matter ``title:`` naming one, a capitals title run into its preamble "EXHIBIT 4.1 CONSULTING
-  AGREEMENT THIS AGREEMENT ..."), a preamble within ``PREAMBLE_CHARS`` after it ("by and between", "is made",
-  "is a legal agreement between", "the undersigned hereby agree", "Welcome to", "These are the terms for"),
-  or title lines that name two parties joined by a lone "and" (a cover block);
+  AGREEMENT THIS AGREEMENT ...", or after a legend in its paragraph), a preamble within ``PREAMBLE_CHARS`` after
+  it ("by and between", "BETWEEN:", "is made", "made and entered into", "is a legal agreement between", "the
+  undersigned hereby agree", "Welcome to", "These are the terms for"), or title lines that name two parties joined
+  by a lone "and" (a cover block); untitled, a clause "1." whose first paragraphs define the instrument;
 * **what comes before**: the end of another instrument (a signature block, "IN WITNESS WHEREOF") or text without
-  legal voice; drafting right before with no close between counts against (a heading inside an agreement);
+  legal voice, however short the stretch after the drafting above it; drafting right before with no close between
+  counts against (a heading inside an agreement);
 * **what comes after**: the clause numbering starting at 1.
 
 A block opens a document when its opening evidence and the score pass ``THRESHOLD``. :func:`label_above` moves a
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from .document_titles import CLOSE, LEGAL_WORDS, NUMBERED, SIGNATURE, restarts_numbering
+from .document_titles import CLOSE, LEGAL_WORDS, NUMBERED, SIGNATURE, drafting_block, restarts_numbering
 from .sentences import html_visible
 
 __all__ = ["evidence_opens", "evidence_score", "label_above", "THRESHOLD", "PREAMBLE_CHARS"]
@@ -50,16 +52,27 @@ _FRONT_TITLE = re.compile(rf"(?:---|\+\+\+)[ \t]*\n(?:[^\n]*\n){{0,12}}?[ \t]*ti
 # THIS AGREEMENT is dated ...".
 _RUN_IN = re.compile(r"^\W{0,3}(?:EXHIBIT\s+[\d.A-Z]+\s+)?(?:[A-Z][A-Z&'\u2019,-]*\s+){0,6}?"
                      r"(?:AGREEMENT|CONTRACT|LICEN[CS]E|LEASE|DEED|ADDENDUM|AMENDMENT|TERMS|NOTE)\s+(?:THIS|This)\b")
+# A title run into its preamble after a legend in the same paragraph: "... if publicly disclosed. Amendment #3 to the
+# Manufacturing Agreement This Amendment #3 ..." (a filing's confidential-treatment legend); the title and the preamble
+# after it name the same instrument.
+_LEGEND_RUN_IN = re.compile(rf"[.)\]]\s+(?P<title>[A-Z][\w&'\u2019-]*\s+(?:(?:[A-Z#][\w&'\u2019#,-]*|to|of|and|the|"
+                            rf"for)\s+){{0,8}}?(?P<noun>(?i:{_NOUN})))\s+(?:THIS|This)\s+(?:[\w&'\u2019#-]+\s+){{0,8}}?"
+                            r"(?P=noun)\b")
+_LEGEND_CHARS = 700  # the run-in title begins this close to the paragraph's start
 # A preamble's words, near a title: the instrument made between parties, the undersigned agreeing, a click-through's
 # welcome. Each is said inside agreements too; here they count only with a title or after a close or other text.
 _PREAMBLE = re.compile(
-    r"\bby\s+and\s+(?:between|among)\b|^\W{0,3}(?:between|among|parties)\s*:|"
-    rf"\b(?:this|these)\s+(?:[\w&'\u2019-]+\s+){{0,8}}?{_NOUN}\b[^.;]{{0,200}}?\b(?:is|are|was)\s+(?:hereby\s+)?"
+    r"\bby\s+and\s+(?:between|among)\b|^\W{0,3}parties\s*:|\b(?:between|among)\s*:|"
+    rf"\b(?:this|these)\s+(?:[\w&'\u2019-]+\s+){{0,8}}?{_NOUN}\b[^.;]{{0,200}}?(?:\b(?:is|are|was)\s+(?:hereby\s+)?"
     rf"(?:made|entered\s+into|dated|executed|concluded|an?\s+(?:legal\s+|binding\s+)?(?:agreement|contract)\b)|"
+    r"\bmade\s+and\s+entered\s+into\b)|"
     r"\bthe\s+undersigned\b[^.;]{0,80}?\b(?:hereby\s+)?agree|"
     r"^\W{0,3}welcome\s+to\b|"
     rf"^\W{{0,3}}(?:this|these)\s+(?:is|are)\s+the\s+(?:[\w-]+\s+){{0,3}}?{_NOUN}\b",
     re.I | re.M)
+# An instrument defined in its first paragraphs: "these terms and conditions (the "Agreement")", "(the "Terms")".
+_DEFINES = re.compile(r"\((?:the|this|these)?\s*[\u201c\"](?:agreement|contract|terms(?:\s+of\s+(?:use|service))?|"
+                      r"terms\s+and\s+conditions)[\u201d\"]\)", re.I)
 # Title lines that name the parties, a lone "and" between them (a cover block: "GSA / and / Agency").
 _AND_LINE = re.compile(r"^[\W_]*(?:and|between|by\s+and\s+between)[\W_]*$", re.I)
 PREAMBLE_CHARS = 800
@@ -91,12 +104,19 @@ def _opening(text: str, bl, k: int) -> int:
     b = bl[k]
     head = text[b.start:min(b.end, b.start + 400)]
     titled = (_title_line(text, b) or _front_title(text, b.start)
-              or _RUN_IN.match(head) is not None or _parties_cover(text, bl, k))
+              or _RUN_IN.match(head) is not None or _parties_cover(text, bl, k) or _legend_title(text, b))
     window = text[b.start:b.start + PREAMBLE_CHARS]
     preamble = _PREAMBLE.search(html_visible(window)) is not None
     if not titled and not (preamble and _PREAMBLE.match(html_visible(head)) is not None):
         return 0  # untitled: only a paragraph that is itself the preamble opens
     return 2 * titled + 2 * preamble
+
+
+def _legend_title(text: str, b) -> bool:
+    """Whether a title runs into its preamble after the first sentences of block ``b`` (see ``_LEGEND_RUN_IN``),
+    not a clause heading that refers to its instrument ("Term of the Agreement This Agreement ...")."""
+    m = _LEGEND_RUN_IN.search(html_visible(text[b.start:min(b.end, b.start + _LEGEND_CHARS + 200)]))
+    return m is not None and m.start() < _LEGEND_CHARS and _REFERS.search(m["title"]) is None
 
 
 def _front_title(text: str, at: int) -> bool:
@@ -116,7 +136,8 @@ def _parties_cover(text: str, bl, k: int) -> bool:
     return any(_AND_LINE.match(re.sub(r"^\#{1,6}\s+", "", line)) for line in run[1:-1])
 
 
-# What a title repeated over a signature page or an exhibit has right below it.
+# What a title repeated over a signature page or an exhibit has right below it; a longer block is no such title.
+_TITLE_CHARS = 200
 _BELOW_TITLE = re.compile(r"^\W{0,6}(?:in\s+witness\s+whereof|(?:exhibit|schedule|annex|appendix|attachment)\s+"
                           r"(?:[A-Z]|\d+|[IVXL]+)\b(?!\.\d)|signature\s+page)", re.I)
 
@@ -124,7 +145,7 @@ _BELOW_TITLE = re.compile(r"^\W{0,6}(?:in\s+witness\s+whereof|(?:exhibit|schedul
 def _heads_attachment(text: str, bl, k: int) -> bool:
     """Whether the block after title block ``k`` opens a signature page or an attachment ("IN WITNESS WHEREOF",
     "EXHIBIT A"): the instrument's title repeated over its own last pages, not a new instrument."""
-    return (k + 1 < len(bl) and bl[k + 1].start - bl[k].end <= 300
+    return (k + 1 < len(bl) and bl[k + 1].start - bl[k].end <= 300 and bl[k].end - bl[k].start <= _TITLE_CHARS
             and _BELOW_TITLE.match(re.sub(r"^[#>*_\s]+", "", html_visible(text[bl[k + 1].start:bl[k + 1].end])))
             is not None)
 
@@ -140,23 +161,47 @@ def _closed_before(text: str, at: int) -> bool:
             or sum(1 for line in window.splitlines() if SIGNATURE.match(line)) >= 2)
 
 
+def _before(text: str, bl, k: int) -> int:
+    """What precedes block ``k``: +2 for a close, or for text with no legal voice before it: at least
+    ``_BEFORE_CHARS // 4`` characters in the ``_BEFORE_CHARS`` before it with at most one word of legal drafting, or
+    that many characters of paragraphs right before it none of which is drafting (notes between two instruments
+    may be short); -3 for drafting right before with no close; else 0."""
+    at = bl[k].start
+    if _closed_before(text, at):
+        return 2
+    start = max(0, at - _BEFORE_CHARS)
+    hits = _legal_hits(text, start, at)
+    quiet = 0  # the paragraphs right before the block, back to the first that is drafting
+    for b in reversed(bl[:k]):
+        if b.start < start or drafting_block(text, b):
+            break
+        quiet = at - b.start
+    if quiet >= _BEFORE_CHARS // 4 or at - start >= _BEFORE_CHARS // 4 and hits <= 1:
+        return 2  # text with no legal voice before: a cover letter, notes, another kind of text
+    return -3 if hits >= 3 else 0  # drafting right before and no close: a heading or a recital inside
+
+
+def _numbered_opening(text: str, bl, k: int, number: str) -> int:
+    """The score of an untitled document that opens at its clause "1.": its first paragraphs define the instrument
+    ("these terms and conditions (the "Agreement")") and other text or a close precedes; else 0."""
+    start = bl[k].start
+    if number != "1" or not _DEFINES.search(html_visible(text[start:start + PREAMBLE_CHARS])):
+        return 0
+    before = _before(text, bl, k)
+    return 2 + before + 1 if before > 0 else 0  # the definition, what precedes, the numbering at 1
+
+
 def evidence_score(text: str, bl, k: int) -> int:
     """The score of block ``k`` as a document's first block (see the module docstring); 0 without an opening."""
     b = bl[k]
-    if NUMBERED.match(text, b.start) or _heads_attachment(text, bl, k):
-        return 0  # a clause ("1. License Agreement" is read by the title rules), a signature page's or exhibit's title
+    if _heads_attachment(text, bl, k):
+        return 0  # a signature page's or an exhibit's title
+    if (numbered := NUMBERED.match(text, b.start)) is not None:
+        return _numbered_opening(text, bl, k, numbered["n"])  # a clause ("1. License Agreement": the title rules)
     opening = _opening(text, bl, k)
     if opening < _OPENING_MIN:
         return 0
-    score = opening
-    before_start = max(0, b.start - _BEFORE_CHARS)
-    hits = _legal_hits(text, before_start, b.start)
-    if _closed_before(text, b.start):
-        score += 2
-    elif b.start - before_start >= _BEFORE_CHARS // 4 and hits <= 1:
-        score += 2  # text with no legal voice before: a cover letter, notes, another kind of text
-    elif hits >= 3:
-        score -= 3  # drafting right before and no close: a heading or a recital inside an agreement
+    score = opening + _before(text, bl, k)
     if restarts_numbering(text, b.end):
         score += 1
     return score
