@@ -103,7 +103,15 @@ def title_of(text: str, bl, k: int) -> tuple[int, str]:
     # The instrument the opening names: "this Evaluation Agreement" before "the terms" it mentions.
     m = (re.search(rf"\bthis\s+((?:[\w&'-]+\s+){{0,8}}?{INSTRUMENT})\b", own, re.I)
          or re.search(rf"(?:this|the)\s+((?:[\w&'-]+\s+){{0,8}}?{INSTRUMENT})\b", own, re.I))
-    return _file_markup_above(text, start), (m.group(1) if m else "document")[:120]
+    head = _file_markup_above(text, start)
+    fm = next((f for f in _FRONT_MATTER.finditer(text, head, bl[k].end + 4000) if f.start() <= bl[k].start), None)
+    front = _FRONT_MATTER_TITLE.search(text, fm.start(), fm.end()) if fm else None
+    # An untitled opening under front matter ("title: GitHub Event Terms"): the page's own title names it.
+    name = m.group(1) if m else (front["name"].strip().strip("'\"") if front else "document")
+    return head, name[:120]
+
+
+_FRONT_MATTER_TITLE = re.compile(r"(?im)^[ \t]*title[ \t]*[:=][ \t]*(?P<name>[^\n]*\w[^\n]*)$")
 
 
 # A legend printed above an instrument's title, in capitals, that speaks of the instrument itself ("THIS NOTE AND

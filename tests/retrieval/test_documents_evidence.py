@@ -66,6 +66,16 @@ def test_a_front_matter_title_with_a_welcome_opens_at_its_rule():
     _found_whole(text, doc)
 
 
+def test_an_untitled_opening_under_front_matter_is_named_by_its_title():
+    """No title line in the text, an acceptance sentence under front matter: the report names the document by the
+    front matter's "title:", not "document"."""
+    doc = ("---\ntitle: 'Orchard Meetup Terms'\nredirect_from:\n  - /articles/meetup-terms\n---\n\nBy attending an "
+           "Orchard meetup you agree to the following terms and conditions.\n\n### 1. Conduct\n\nYou shall follow the "
+           "code of conduct.\n\n### 2. Photos\n\nYou agree that we may take photos at the meetup.\n")
+    part = _found_whole(LEASE + FILLER + doc, doc)
+    assert part.name == "Orchard Meetup Terms", part.name
+
+
 def test_a_run_in_title_after_an_exhibit_label_opens():
     """"EXHIBIT 4.2 SERVICES AGREEMENT THIS AGREEMENT is dated ... BETWEEN:" in one paragraph, as a filing has it."""
     doc = ("EXHIBIT 4.2 SERVICES AGREEMENT THIS AGREEMENT is dated for reference the 3rd day of March, 2025. BETWEEN: "
