@@ -67,13 +67,6 @@ MIN_TITLED_CHARS = 200
 _ATTACHMENT = re.compile(r"(?im)^[^\w\n]{0,6}(?:exhibit|schedule|annex|appendix|attachment)\s+(?:[A-Z]|\d+|[IVXL]+)\b"
                          r"(?!\.\d)")
 
-# Words of legal drafting; a block with two of them reads as part of an instrument. Text before
-# the first document that has none and is longer than ``_LEAD_CHARS`` (a cover letter, technical
-# material filed ahead) is "other", not reviewed. Text after a document stays with it: an
-# instrument's last pages (an appendix, a notice form) often read as plain prose.
-_LEGAL_WORDS = LEGAL_WORDS
-
-
 def opening_sentence(text: str, b) -> bool:
     """Whether block ``b`` begins with an agreement's preamble sentence (``OPENING``, ``_PARTIES_ARE``), read on
     its visible text when it is HTML ("<p>The parties to this ...")."""
@@ -101,7 +94,7 @@ def opens(text: str, bl, k: int) -> bool:
 
 def _after_other_text(text: str, bl, k: int) -> bool:
     """Whether the ``_OTHER_CHARS`` before block ``k`` hold text, none of it drafting: no word of legal
-    drafting (``_LEGAL_WORDS``) and no numbered clause."""
+    drafting (``LEGAL_WORDS``) and no numbered clause."""
     window = [b for b in bl[:k] if b.end > bl[k].start - _OTHER_CHARS]
     return (sum(b.end - b.start for b in window) >= _OTHER_CHARS // 4
             and not any(drafting_block(text, b) for b in window))
@@ -131,11 +124,14 @@ def attached(text: str, previous: int, start: int, end: int) -> bool:
 
 
 def legal_block(text: str, bl, start: int, end: int) -> bool:
-    """Whether a block in ``[start, end)`` has two distinct words of legal drafting."""
+    """Whether a block in ``[start, end)`` has two distinct words of legal drafting (``LEGAL_WORDS``), so reads as
+    part of an instrument. Text before the first document with none, longer than ``documents._LEAD_CHARS`` (a
+    cover letter, technical material filed ahead), is "other", not reviewed. Text after a document stays with it:
+    an instrument's last pages (an appendix, a notice form) often read as plain prose."""
     for b in bl:
         if b.start >= end:
             return False
-        if b.start >= start and len({m.group(0).lower() for m in _LEGAL_WORDS.finditer(text, b.start, b.end)}) >= 2:
+        if b.start >= start and len({m.group(0).lower() for m in LEGAL_WORDS.finditer(text, b.start, b.end)}) >= 2:
             return True
     return False
 

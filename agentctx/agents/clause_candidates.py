@@ -35,8 +35,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from agentctx.agents.clause_lexicon import LEXICON, PARTY_ROLES, body_evidence, legal_voice, normalize, title_matches
+from agentctx.agents.clause_lexicon import LEXICON, body_evidence, normalize, title_matches
 from agentctx.agents.clause_operative import operative_adjustment
+from agentctx.agents.clause_patterns import PARTY_ROLES, legal_voice
 from agentctx.agents.clause_quotes import LEAD_IN_END, carried_end, quote_span
 from agentctx.retrieval.structure import DocumentStructure, Unit
 

@@ -16,11 +16,11 @@ are drafted, not from any one document:
   not a governing-law clause; "survive termination" is not a termination clause;
   "royalty-free" is not a payment clause). Each counts -1.
 
-:func:`unit_score` combines them with the section's heading path (a heading match
-weighs more than a body match) into one number per sentence; the thresholds that turn
-it into "found" / "not found" live in :mod:`.clause_candidates`. Named patterns that several kinds or the
-operative rules share live in :mod:`.clause_patterns`. Patterns match the
-sentence with its whitespace collapsed, case-insensitively.
+:func:`body_evidence` scores a sentence on them; :func:`.clause_candidates.score_unit` adds the
+section's heading path (a heading match weighs more than a body match) into one number per
+sentence; the thresholds that turn it into "found" / "not found" live in :mod:`.clause_candidates`.
+Named patterns that several kinds or the operative rules share live in :mod:`.clause_patterns`.
+Patterns match the sentence with its whitespace collapsed, case-insensitively.
 """
 
 from __future__ import annotations
@@ -33,9 +33,7 @@ from .clause_patterns import (
     CARRIAGE_COSTS,
     CONFIDENTIAL_DENIED,
     CONSENT,
-    COST_OF_REPAIR,
     DENIED_INDEMNITY,
-    DUE_ON_DELIVERY,
     DURATION_UNTIL_TERMINATED,
     EXCUSED_EVENT,
     FEE_TAKEN,
@@ -51,8 +49,6 @@ from .clause_patterns import (
     NOT_MODAL,
     OWN_COSTS,
     PAID_BY_WHEN,
-    PARTY_MAY_TERMINATE,
-    PARTY_ROLES,
     PASSIVE_NONDISCLOSURE,
     PAY_DENIED,
     PAY_SCHEDULE,
@@ -61,16 +57,9 @@ from .clause_patterns import (
     REFUND_LIMIT,
     TO_BE_PAID,
     TO_RECEIVE_PAY,
-    legal_voice,
 )
 
-__all__ = ["KindLexicon", "LEXICON", "PARTY_ROLES", "FEE_TAKEN", "TO_BE_PAID", "REFUND_LIMIT",
-           "PARTY_MAY_TERMINATE", "MAY_END", "NEITHER_MAY_ASSIGN", "NOR_DISCLOSE", "PASSIVE_NONDISCLOSURE", "NOT_MODAL",
-           "CONSENT", "PAY_SCHEDULE", "TO_RECEIVE_PAY", "MAKE_PAYMENT", "ASSIGN_CONDITION", "PROMISE_TO_PAY_SIDES",
-           "MAY_BE_TRANSFERRED_ONLY", "DURATION_UNTIL_TERMINATED", "NET_TERMS", "DUE_ON_DELIVERY",
-           "COST_OF_REPAIR", "PAID_BY_WHEN", "CARRIAGE_COSTS", "OWN_COSTS", "PURCHASE_AT_PRICE", "EXCUSED_EVENT",
-           "normalize", "title_matches", "body_evidence",
-           "legal_voice"]
+__all__ = ["KindLexicon", "LEXICON", "normalize", "title_matches", "body_evidence"]
 
 
 def _rx(*patterns: str) -> tuple[re.Pattern, ...]:

@@ -29,8 +29,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .clause_lexicon import (
+from .clause_patterns import (
     ASSIGN_CONDITION,
+    CAP_AMOUNT,
     CARRIAGE_COSTS,
     CONSENT,
     COST_OF_REPAIR,
@@ -53,7 +54,6 @@ from .clause_lexicon import (
     TO_BE_PAID,
     TO_RECEIVE_PAY,
 )
-from .clause_patterns import CAP_AMOUNT
 
 __all__ = ["OperativeLexicon", "OPERATIVE", "CORE_BONUS", "MAX_CORE", "RELATED_PENALTY", "DEFINITION",
            "operative_adjustment"]
